@@ -1,0 +1,34 @@
+# attnlab: `make demo` sets everything up and runs the main job; `make test` runs the suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch is pinned here, before the project, so that pip takes the CPU wheel and never resolves
+# pyproject's torch range to a multi-GB CUDA build.
+TORCH_PIN := torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-all bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_PIN)
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/attnlab explain --out out/explain
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q --run-slow
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -1,0 +1,25 @@
+"""attnlab: attention from the formula to fast, inspectable code."""
+
+from attnlab.core import (
+    AttentionOutput,
+    Capabilities,
+    attention,
+    list_backends,
+    masks,
+    merge_partials,
+    register_backend,
+    which_backend,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionOutput",
+    "Capabilities",
+    "attention",
+    "list_backends",
+    "masks",
+    "merge_partials",
+    "register_backend",
+    "which_backend",
+]

@@ -1,0 +1,79 @@
+"""``attention()``: validate -> pick a backend -> run."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
+from attnlab.core.registry import select_backend
+from attnlab.core.spec import AttentionOutput, build_spec
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
+              causal: bool = False, window: int | tuple[int | None, int | None] | None = None,
+              scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
+              generator: torch.Generator | None = None, backend: str = "auto",
+              return_weights: bool = False,
+              return_lse: bool = False) -> torch.Tensor | AttentionOutput:
+    r"""Scaled dot-product attention, ``O = softmax(Q K^T * scale / temperature + mask) V``.
+
+    Causal alignment is **bottom-right**: query i keeps key j when ``j <= i + (N_k - N_q)``, so
+    the last query sees every key (decoding with a cache). With N_q == N_k it is the usual
+    lower triangle. SDPA's ``is_causal`` and FlexAttention's ``q_idx >= kv_idx`` are top-left;
+    they agree with this one only when N_q == N_k::
+
+        N_q = 2, N_k = 4          bottom-right (attnlab)     top-left (SDPA is_causal)
+                                  k0 k1 k2 k3                k0 k1 k2 k3
+                             q0    x  x  x  .           q0    x  .  .  .
+                             q1    x  x  x  x           q1    x  x  .  .
+
+    ``window=(left, right)`` keeps ``p - left <= j <= p + right`` with ``p = i + N_k - N_q``;
+    causal, window and mask combine by AND. A query that may attend nothing gets output 0,
+    weights 0, lse = -inf and zero gradients.
+
+    Args:
+        q: queries ``(..., N_q, D_k)``; leading dims (batch, heads) broadcast with k and v.
+        k: keys ``(..., N_k, D_k)``.
+        v: values ``(..., N_k, D_v)``.
+        mask: broadcastable to ``(..., N_q, N_k)``. **bool: True = may attend** (as in
+            ``scaled_dot_product_attention`` and FlexAttention; the opposite of
+            ``torch.nn.MultiheadAttention``'s ``key_padding_mask``). A float mask is added to the
+            scaled scores (``-inf`` allowed). A mask function ``fn(b, h, q_idx, kv_idx)`` from
+            :mod:`attnlab.core.masks` is also accepted. Default None.
+        causal: bottom-right aligned causal mask. Default False.
+        window: ``int`` w for ``(w, w)``, or ``(left, right)`` with None for unbounded. Default None.
+        scale: multiplies ``Q K^T``; default ``1/sqrt(D_k)``. Must be > 0.
+        temperature: divides the scaled scores; > 1 flattens, < 1 sharpens. Default 1.0.
+        dropout_p: dropout on the weights, in [0, 1). Applied whenever > 0 (pass 0.0 at eval).
+        generator: makes dropout reproducible; reference and tiled draw the same mask from it.
+        backend: ``"auto"`` (the fastest exact backend able to serve the request) or a name from
+            :func:`attnlab.list_backends`.
+        return_weights: also return the weights applied to v ``(..., N_q, N_k)``.
+        return_lse: also return the log-sum-exp of the scores ``(..., N_q)``.
+
+    Returns:
+        ``out (..., N_q, D_v)``, or an :class:`AttentionOutput` (``out``, ``weights``, ``lse``)
+        when ``return_weights`` or ``return_lse`` is set.
+
+    Example:
+        >>> q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 3)
+        >>> attention(q, k, v, causal=True).shape
+        torch.Size([2, 4, 5, 3])
+    """
+    spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
+                      temperature=temperature, dropout_p=dropout_p, generator=generator,
+                      return_weights=return_weights, return_lse=return_lse)
+    chosen = select_backend(backend, spec)
+    q = q.expand(*spec.batch_shape, *q.shape[-2:])             # (*batch, N_q, D_k), a view
+    k = k.expand(*spec.batch_shape, *k.shape[-2:])             # (*batch, N_k, D_k)
+    v = v.expand(*spec.batch_shape, *v.shape[-2:])             # (*batch, N_k, D_v)
+    result = chosen.fn(q, k, v, spec)
+    if return_weights or return_lse:
+        return result
+    return result.out
+
+
+def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend: str = "auto",
+                  **kwargs) -> str:
+    """The name of the backend :func:`attention` would run for these arguments."""
+    return select_backend(backend, build_spec(q, k, v, **kwargs)).name

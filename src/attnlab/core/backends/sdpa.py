@@ -1,0 +1,71 @@
+"""PyTorch's fused ``scaled_dot_product_attention`` wherever the request fits it.
+
+Differences it hides:
+
+* **Causal alignment.** SDPA's ``is_causal=True`` is *top-left* aligned (query i keeps keys
+  j <= i). attnlab's causal is bottom-right aligned (j <= i + N_k - N_q). They agree only when
+  N_q == N_k; otherwise we pass the bottom-right mask explicitly.
+* **Temperature** is folded into SDPA's ``scale`` argument (scale / temperature).
+* **Fully masked rows.** Some SDPA kernels (and older torch releases) return NaN there. We
+  unmask such rows before the call and zero them after, so output and gradients are exactly 0.
+
+SDPA returns neither weights nor lse, and its dropout draws from torch's global generator, not
+the caller's, so those requests go to other backends.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.core.registry import Capabilities, register_backend
+from attnlab.core.spec import AttentionOutput, AttentionSpec
+
+
+def _needs_dense_mask(spec: AttentionSpec) -> bool:
+    square_causal_only = spec.causal and spec.n_q == spec.n_k and spec.window is None
+    return spec.mask is not None or spec.mask_fn is not None or spec.window is not None or (
+        spec.causal and not square_causal_only)
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   spec: AttentionSpec) -> AttentionOutput:
+    if not _needs_dense_mask(spec):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=spec.causal,
+                                             scale=spec.score_scale)
+        return AttentionOutput(out=out)
+
+    keep = spec.dense_keep()                                  # bool, broadcastable to (..., N_q, N_k)
+    bias = spec.float_bias()
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        if keep is not None:
+            bias = bias.masked_fill(~keep, float("-inf"))
+        empty = torch.isneginf(bias).all(dim=-1, keepdim=True)   # (..., N_q, 1)
+        attn_mask = bias.masked_fill(empty, 0.0)
+    else:
+        empty = ~keep.any(dim=-1, keepdim=True)
+        attn_mask = keep | empty
+    # SDPA wants the batch dims of the mask to broadcast with q's: give it full rank.
+    while attn_mask.dim() < q.dim():
+        attn_mask = attn_mask.unsqueeze(0)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=spec.score_scale)
+    out = out.masked_fill(empty, 0.0)                         # (..., N_q, D_v)
+    return AttentionOutput(out=out)
+
+
+def _sdpa_cost(spec: AttentionSpec) -> float:
+    work = float(spec.n_q * spec.n_k)
+    if spec.causal and not _needs_dense_mask(spec):
+        return 0.5 * work                                     # its kernels skip the upper triangle
+    if _needs_dense_mask(spec):
+        return 1.2 * work                                     # builds and reads an N_q x N_k mask
+    return work
+
+
+register_backend(
+    "sdpa", sdpa_attention,
+    Capabilities(exact=True, weights=False, lse=False, dropout=False, backward=True),
+    description="torch.nn.functional.scaled_dot_product_attention (fused kernels)",
+    cost=_sdpa_cost,
+)

@@ -1,0 +1,71 @@
+"""Stable softmax pieces shared by every backend: masked softmax with lse, and the merge rule.
+
+The merge rule. Split the keys into disjoint blocks and let block b give the partial result
+``(o_b, lse_b)`` with ``o_b = softmax(s_b) @ v_b`` and ``lse_b = log sum_j exp(s_bj)``. Then the
+full result over all keys is::
+
+    lse = log(exp(lse_1) + exp(lse_2))                  (a log-sum-exp of the block lse's)
+    o   = exp(lse_1 - lse) * o_1 + exp(lse_2 - lse) * o_2
+
+because each block's weights are renormalized by its share of the total mass. A block in which
+a query sees no key has ``lse_b = -inf`` and ``o_b = 0`` and drops out; if all blocks are empty,
+``lse = -inf`` and ``o = 0`` (the fully-masked-row contract). Tiled, block-sparse and (later)
+ring attention all use :func:`merge_partials`; see ``docs/math.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """Replace -inf (an empty row's max or lse) by 0 so that ``s - x`` stays -inf, never NaN."""
+    return torch.where(torch.isneginf(x), torch.zeros_like(x), x)
+
+
+def masked_softmax(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the last dim of scores that may hold -inf; returns ``(a, lse)``.
+
+    Rows that are entirely -inf give ``a = 0`` and ``lse = -inf`` with zero gradients, where
+    ``torch.softmax`` would give NaN. Written with the max subtracted for stability:
+    ``a = exp(s - m) / sum exp(s - m)``, ``lse = m + log sum exp(s - m)``.
+
+    Args:
+        s: scores ``(..., N_q, N_k)``, -inf where masked.
+
+    Returns:
+        ``a (..., N_q, N_k)`` and ``lse (..., N_q)``.
+    """
+    # The shift m cancels in exact arithmetic, so it carries no gradient.
+    m = finite_or_zero(s.amax(dim=-1, keepdim=True).detach())      # (..., N_q, 1)
+    p = torch.exp(s - m)                                             # (..., N_q, N_k), 0 at -inf
+    l = p.sum(dim=-1, keepdim=True)                                  # (..., N_q, 1)
+    empty = l == 0
+    # Double where: the unselected branch must not see log(0) or x/0, whose gradients are NaN.
+    l_safe = torch.where(empty, torch.ones_like(l), l)
+    a = p / l_safe
+    lse = torch.where(empty, torch.full_like(l, NEG_INF), m + torch.log(l_safe))
+    return a, lse.squeeze(-1)
+
+
+def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor,
+                   out_b: torch.Tensor, lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge two partial attention results over disjoint key sets (log-sum-exp weighting).
+
+    Args:
+        out_a, out_b: normalized partial outputs ``(..., N_q, D_v)``; 0 on rows with no key.
+        lse_a, lse_b: their log-sum-exp of scores ``(..., N_q)``; -inf on rows with no key.
+
+    Returns:
+        ``(out, lse)`` over the union of the key sets, the same as one softmax over all keys.
+
+    Example:
+        >>> o, lse = merge_partials(o1, lse1, o2, lse2)   # doctest: +SKIP
+    """
+    lse = torch.logaddexp(lse_a, lse_b)                  # (..., N_q); -inf only if both are
+    lse_safe = finite_or_zero(lse)
+    w_a = torch.exp(lse_a - lse_safe).unsqueeze(-1)       # (..., N_q, 1), 0 where lse_a = -inf
+    w_b = torch.exp(lse_b - lse_safe).unsqueeze(-1)
+    return w_a * out_a + w_b * out_b, lse

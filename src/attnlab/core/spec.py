@@ -1,0 +1,270 @@
+"""The validated attention request every backend receives.
+
+:func:`build_spec` checks the public arguments once, at the boundary, and returns an
+:class:`AttentionSpec`; backends trust it. Every error names the argument, what was expected,
+what came, and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnlab.core import masks as M
+from attnlab.core.dropout import draw_seed
+
+_FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """A checked request. Tensors q, k, v travel beside it, not inside it.
+
+    Attributes:
+        batch_shape: broadcast leading dims of q, k, v (and mask), e.g. ``(B, H)``.
+        n_q, n_k, d_k, d_v: sequence lengths and head dims.
+        mask: bool (True = may attend) or float (additive bias) tensor broadcastable to
+            ``batch_shape + (n_q, n_k)``, or None.
+        mask_fn: a mask function (see :mod:`attnlab.core.masks`), or None.
+        causal: keep ``j <= i + (n_k - n_q)``.
+        window: ``(left, right)`` band around the aligned position, a side may be None, or None.
+        scale: multiplies q k^T (default 1/sqrt(d_k)); temperature divides it afterwards.
+        dropout_p: dropout on the attention weights.
+        dropout_seed: drawn once from the caller's generator; every backend derives the same
+            keep-mask from it (see :mod:`attnlab.core.dropout`).
+        need_weights, need_lse: what the caller asked to get back.
+    """
+
+    batch_shape: tuple[int, ...]
+    n_q: int
+    n_k: int
+    d_k: int
+    d_v: int
+    dtype: torch.dtype
+    device: torch.device
+    mask: torch.Tensor | None
+    mask_fn: M.MaskFn | None
+    causal: bool
+    window: tuple[int | None, int | None] | None
+    scale: float
+    temperature: float
+    dropout_p: float
+    dropout_seed: int | None
+    need_weights: bool
+    need_lse: bool
+    requires_grad: bool
+
+    @property
+    def offset(self) -> int:
+        """Aligned position of query i is ``i + offset`` (bottom-right alignment)."""
+        return self.n_k - self.n_q
+
+    @property
+    def score_scale(self) -> float:
+        """What q k^T is multiplied by: scale / temperature."""
+        return self.scale / self.temperature
+
+    @property
+    def band(self) -> tuple[int | None, int | None] | None:
+        """Causal and window folded into one ``(left, right)`` band, or None if unbounded."""
+        left, right = self.window if self.window is not None else (None, None)
+        if self.causal:
+            right = 0 if right is None else min(right, 0)
+        if left is None and right is None:
+            return None
+        return left, right
+
+    @property
+    def mask_kind(self) -> str:
+        if self.mask is None:
+            return "none"
+        return "bool" if self.mask.dtype == torch.bool else "float"
+
+    @property
+    def heads_view(self) -> tuple[int, int]:
+        """(B, H) seen by mask functions: H is the last leading dim, B the product of the rest."""
+        if not self.batch_shape:
+            return 1, 1
+        if len(self.batch_shape) == 1:
+            return self.batch_shape[0], 1
+        return math.prod(self.batch_shape[:-1]), self.batch_shape[-1]
+
+    def structure_fn(self) -> M.MaskFn | None:
+        """Causal, window and the user's mask function as one mask function (None if none)."""
+        fns: list[M.MaskFn] = []
+        band = self.band
+        if band is not None:
+            fns.append(M.window(band[0], band[1], offset=self.offset))
+        if self.mask_fn is not None:
+            fns.append(self.mask_fn)
+        if not fns:
+            return None
+        return fns[0] if len(fns) == 1 else M.and_masks(*fns)
+
+    def structure_tile(self, q_range: tuple[int, int], kv_range: tuple[int, int]) -> torch.Tensor | None:
+        """Bool keep-mask of the structured part for one tile, shaped to broadcast with
+        ``batch_shape + (bq, bk)``; None when nothing structured is requested."""
+        fn = self.structure_fn()
+        if fn is None:
+            return None
+        b, h = self.heads_view
+        if self.mask_fn is None:        # causal / window only: the same for every (b, h)
+            b = h = 1
+        tile = M.materialize(fn, self.n_q, self.n_k, batch=b, heads=h, device=self.device,
+                             q_range=q_range, kv_range=kv_range)   # (b, h, bq, bk)
+        bq, bk = tile.shape[-2:]
+        if b == 1 and h == 1:
+            return tile[0, 0]                                      # (bq, bk)
+        return tile.reshape(*self.batch_shape, bq, bk)
+
+    def dense_keep(self) -> torch.Tensor | None:
+        """Bool keep-mask over all of the structure and a bool ``mask``, broadcastable to
+        ``batch_shape + (n_q, n_k)``; None if nothing is masked by bool or structure."""
+        keep = self.structure_tile((0, self.n_q), (0, self.n_k))
+        if self.mask is not None and self.mask.dtype == torch.bool:
+            keep = self.mask if keep is None else keep & self.mask
+        return keep
+
+    def float_bias(self) -> torch.Tensor | None:
+        """The additive float mask, or None."""
+        if self.mask is not None and self.mask.dtype != torch.bool:
+            return self.mask
+        return None
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return f"{type(x).__name__} {x!r}"
+
+
+def _validate_qkv(q: Any, k: Any, v: Any) -> tuple[int, ...]:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (..., N, D), got {_describe(t)}; "
+                            f"convert with torch.as_tensor({name})")
+        if t.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"{name} must be a floating tensor (float64, float32, float16 or bfloat16), "
+                            f"got {t.dtype}; convert with {name}.float()")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., N, D), got shape {tuple(t.shape)}; "
+                             f"add a sequence dim with {name}.unsqueeze(0)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
+                        "cast them to one, e.g. k.to(q.dtype)")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}; "
+                         "move them with .to(q.device)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dim D_k, got q {tuple(q.shape)} and "
+                         f"k {tuple(k.shape)}; project them to one head dim")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of keys N_k (dim -2), got "
+                         f"k {tuple(k.shape)} and v {tuple(v.shape)}; pair every key with a value")
+    try:
+        return tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    except RuntimeError:
+        raise ValueError(f"leading dims of q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])} and "
+                         f"v {tuple(v.shape[:-2])} do not broadcast; give them the same (B, H) "
+                         "or size 1 where shared") from None
+
+
+def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
+                   device: torch.device) -> tuple[torch.Tensor | None, M.MaskFn | None]:
+    if mask is None:
+        return None, None
+    if callable(mask) and not isinstance(mask, torch.Tensor):
+        if len(batch_shape) > 2:
+            raise ValueError(f"a mask function needs at most 2 leading dims (B, H), q/k/v have "
+                             f"{batch_shape}; reshape to (B, H, N, D) or pass a tensor mask")
+        return None, mask
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a bool tensor (True = may attend), a float tensor (additive "
+                        f"bias) or a mask function, got {_describe(mask)}; build one with "
+                        "attnlab.core.masks")
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise TypeError(f"mask must be bool (True = may attend) or floating (additive bias), got "
+                        f"{mask.dtype}; use mask.bool() if 1 means 'attend', or "
+                        "attnlab.core.masks.to_additive(mask.bool())")
+    target = (*batch_shape, n_q, n_k)
+    try:
+        ok = tuple(torch.broadcast_shapes(mask.shape, target)) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (..., N_q, N_k) = "
+                         f"{target}; give it shape (N_q, N_k), (B, 1, N_q, N_k) or {target}")
+    if mask.device != device:
+        raise ValueError(f"mask is on {mask.device} but q is on {device}; move it with mask.to(q.device)")
+    return mask, None
+
+
+def _validate_window(window: Any) -> tuple[int | None, int | None] | None:
+    if window is None:
+        return None
+    pair = (window, window) if isinstance(window, int) and not isinstance(window, bool) else window
+    ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+        w is None or (isinstance(w, int) and not isinstance(w, bool) and w >= 0) for w in pair)
+    if not ok:
+        raise ValueError(f"window must be an int >= 0 or a pair (left, right) of ints >= 0 (None for "
+                         f"unbounded), got {window!r}; e.g. window=(128, 0) for causal local attention")
+    return int(pair[0]) if pair[0] is not None else None, int(pair[1]) if pair[1] is not None else None
+
+
+def _validate_positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}; "
+                         f"{'leave it None for 1/sqrt(D_k)' if name == 'scale' else 'use 1.0 for plain softmax'}")
+    return float(value)
+
+
+def build_spec(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
+               window: Any = None, scale: float | None = None, temperature: float = 1.0,
+               dropout_p: float = 0.0, generator: torch.Generator | None = None,
+               return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
+    """Validate the public arguments of :func:`attnlab.attention` and build the spec."""
+    batch_shape = _validate_qkv(q, k, v)
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    mask_t, mask_fn = _validate_mask(mask, batch_shape, n_q, n_k, q.device)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {_describe(causal)}")
+    for name, flag in (("return_weights", return_weights), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {_describe(flag)}")
+    scale_f = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _validate_positive("scale", scale)
+    temp = _validate_positive("temperature", temperature)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) \
+            or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}; use 0.0 for no dropout "
+                         "(and 0.0 at evaluation time)")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {_describe(generator)}")
+    return AttentionSpec(
+        batch_shape=batch_shape, n_q=n_q, n_k=n_k, d_k=q.shape[-1], d_v=v.shape[-1],
+        dtype=q.dtype, device=q.device, mask=mask_t, mask_fn=mask_fn, causal=causal,
+        window=_validate_window(window), scale=scale_f, temperature=temp,
+        dropout_p=float(dropout_p),
+        dropout_seed=draw_seed(generator) if dropout_p > 0 else None, need_weights=return_weights,
+        need_lse=return_lse,
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+    )
+
+
+@dataclass(frozen=True)
+class AttentionOutput:
+    """What :func:`attnlab.attention` returns when weights or lse are asked for.
+
+    Attributes:
+        out: ``(..., N_q, D_v)``.
+        weights: ``(..., N_q, N_k)`` the weights applied to v (after dropout), or None.
+        lse: ``(..., N_q)`` log-sum-exp of the scaled, masked scores (-inf on fully masked
+            rows), or None.
+    """
+
+    out: torch.Tensor
+    weights: torch.Tensor | None = None
+    lse: torch.Tensor | None = None
