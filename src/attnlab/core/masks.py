@@ -87,7 +87,7 @@ def window(left: int | None, right: int | None = 0, offset: int = 0) -> MaskFn:
 
     def window_mask(b, h, q_idx, kv_idx):
         p = q_idx + offset
-        keep = (kv_idx >= 0) & (p >= 0)
+        keep = kv_idx >= 0
         if left is not None:
             keep = keep & (kv_idx >= p - left)
         if right is not None:

@@ -78,6 +78,11 @@ class AttentionSpec:
         return left, right
 
     @property
+    def entries(self) -> int:
+        """Number of scores, ``prod(batch_shape) * n_q * n_k``: the unit of the cost models."""
+        return math.prod(self.batch_shape) * self.n_q * self.n_k
+
+    @property
     def mask_kind(self) -> str:
         if self.mask is None:
             return "none"
@@ -211,6 +216,8 @@ def _validate_window(window: Any) -> tuple[int | None, int | None] | None:
     if not ok:
         raise ValueError(f"window must be an int >= 0 or a pair (left, right) of ints >= 0 (None for "
                          f"unbounded), got {window!r}; e.g. window=(128, 0) for causal local attention")
+    if pair[0] is None and pair[1] is None:
+        return None                                   # unbounded on both sides: no window
     return int(pair[0]) if pair[0] is not None else None, int(pair[1]) if pair[1] is not None else None
 
 

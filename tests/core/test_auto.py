@@ -1,0 +1,35 @@
+"""backend='auto' picks the fastest exact backend able to serve the request."""
+
+import torch
+
+from attnlab import which_backend, list_backends, masks
+
+
+def _qkv(n, n_k=None, d=64):
+    n_k = n if n_k is None else n_k
+    return torch.randn(1, 8, n, d), torch.randn(1, 8, n_k, d), torch.randn(1, 8, n_k, d)
+
+
+def test_auto_choices():
+    q, k, v = _qkv(1024)
+    assert which_backend(q, k, v) == "sdpa"
+    assert which_backend(q, k, v, causal=True) == "sdpa"
+    assert which_backend(q, k, v, return_weights=True) == "reference"
+    assert which_backend(q, k, v, return_lse=True) == "tiled"
+    assert which_backend(q, k, v, dropout_p=0.1) == "tiled"
+    assert which_backend(q, k, v, return_weights=True, dropout_p=0.1) == "reference"
+    tiny = _qkv(16)
+    assert which_backend(*tiny, return_lse=True) == "reference"   # fixed costs dominate
+
+
+def test_auto_prefers_tiled_for_a_narrow_band_on_long_sequences():
+    q, k, v = _qkv(16384, d=8)
+    assert which_backend(q, k, v, window=(256, 256)) == "tiled"
+    assert which_backend(q, k, v, mask=masks.causal()) == "sdpa"   # unknown structure: dense
+
+
+def test_list_backends_declares_capabilities():
+    b = list_backends()
+    assert list(b)[:3] == ["reference", "sdpa", "tiled"]
+    assert b["reference"].capabilities.weights and b["tiled"].capabilities.lse
+    assert all(x.capabilities.exact for x in b.values())

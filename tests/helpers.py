@@ -1,0 +1,56 @@
+"""Comparison against the float64 reference, relative to the same-precision reference."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab import attention
+
+EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.bfloat16: 7.8e-3, torch.float16: 9.8e-4}
+
+
+def run(q, k, v, backend, grad=True, **kw):
+    """Output, lse (if the backend gives it) and (dq, dk, dv) for a fixed random cotangent."""
+    q, k, v = (t.detach().requires_grad_(grad) for t in (q, k, v))
+    want_lse = backend in ("reference", "tiled")
+    res = attention(q, k, v, backend=backend, return_lse=want_lse, **kw)
+    out = res.out if want_lse else res
+    grads = None
+    if grad:
+        g = torch.Generator().manual_seed(1)
+        cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)
+        grads = torch.autograd.grad(out, (q, k, v), cot)
+    return out.detach(), (res.lse.detach() if want_lse else None), grads
+
+
+def max_err(a, b):
+    a, b = a.double(), b.double()
+    both_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
+    d = torch.where(both_inf, torch.zeros_like(a), (a - b).abs())
+    return float(d.max()) if d.numel() else 0.0
+
+
+def assert_backend_matches(q, k, v, backend, dtype, grad=True, factor=2.0, grad_factor=3.0, **kw):
+    """backend in `dtype` vs the float64 reference, within `factor` x the error of the plain
+    reference in `dtype` (plus a few ulps of floor for cases where that error is 0)."""
+    gold = run(q.double(), k.double(), v.double(), "reference", grad=grad, **kw)
+    plain = run(q.to(dtype), k.to(dtype), v.to(dtype), "reference", grad=grad, **kw)
+    got = run(q.to(dtype), k.to(dtype), v.to(dtype), backend, grad=grad, **kw)
+    # Where the plain reference happens to be exact (always in float64), allow rounding of the
+    # order of eps * sqrt(reduction length), the typical error of a sum of that many terms.
+    floor = 4 * EPS[dtype] * (k.shape[-2] + k.shape[-1]) ** 0.5
+    for name, g, p, o in [("out", gold[0], plain[0], got[0])] + (
+            [(n, a, b, c) for n, a, b, c in zip(("dq", "dk", "dv"), gold[2], plain[2], got[2])]
+            if grad else []):
+        f = factor if name == "out" else grad_factor
+        scale = max(float(g.abs().max()), 1.0) if g.numel() else 1.0
+        assert torch.isfinite(o).all(), f"{backend} {name} has NaN/inf"
+        err, base = max_err(o, g), max_err(p, g)
+        assert err <= f * base + floor * scale, (
+            f"{backend} {dtype} {name}: err {err:.3g} > {f} x reference err {base:.3g} + floor")
+    if got[1] is not None:
+        err, base = max_err(got[1], gold[1]), max_err(plain[1], gold[1])
+        assert err <= factor * base + floor * max(float(gold[1][torch.isfinite(gold[1])].abs().max()
+                                                        if torch.isfinite(gold[1]).any() else 1), 1)
+        assert torch.equal(torch.isneginf(got[1]), torch.isneginf(gold[1]))
+    return gold, got
