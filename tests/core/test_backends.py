@@ -104,7 +104,8 @@ def test_lengths_straddling_the_default_tile(backend, n, mask_name):
 
 
 @pytest.mark.parametrize("backend", ["reference", "sdpa", "tiled"])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16],
+                         ids=str)
 def test_fully_masked_rows_contract(backend, dtype, small_tiles):
     q, k, v = (torch.randn(2, 3, 40, 24, dtype=dtype, requires_grad=True) for _ in range(3))
     mask = torch.rand(2, 3, 40, 40) > 0.5
@@ -158,3 +159,12 @@ def test_tiled_gradient_with_window_skipping_tiles(small_tiles):
     # Band narrower than a tile: most tiles are skipped, some fully kept, some partial.
     q, k, v = _inputs((1, 2), 200, 200, 16, 16)
     assert_backend_matches(q, k, v, "tiled", torch.float32, window=(40, 3))
+
+
+@pytest.mark.parametrize("mask_name", ["none", "causal", "float", "key_padding"])
+@pytest.mark.parametrize("backend", ["sdpa", "tiled"])
+def test_float16(backend, mask_name, small_tiles):
+    batch, n_q, n_k, d_k, d_v = SMALL_SHAPES[2]
+    q, k, v = _inputs(batch, n_q, n_k, d_k, d_v)
+    assert_backend_matches(q, k, v, backend, torch.float16,
+                           **_kwargs(mask_name, batch, n_q, n_k, torch.float16))

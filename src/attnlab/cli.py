@@ -1,0 +1,132 @@
+"""The ``attnlab`` command. Usage errors print one line and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="attnlab: attention from the formula to fast, inspectable code.",
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+console = Console()
+
+
+class UsageError(Exception):
+    """Bad input from the command line: one line on stderr, exit status 2."""
+
+
+def _parse_window(text: Optional[str]):
+    """'W' -> W, 'L,R' -> (L, R); 'none' on a side means unbounded."""
+    if text is None:
+        return None
+    parts = [p.strip().lower() for p in text.split(",")]
+    try:
+        vals = [None if p in ("none", "") else int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--window must be W or L,R with whole numbers (none = unbounded), "
+                         f"got {text!r}; e.g. --window 2,0") from None
+    if len(vals) == 1 and vals[0] is not None:
+        return vals[0]
+    if len(vals) == 2:
+        return tuple(vals)
+    raise UsageError(f"--window must be W or L,R, got {text!r}; e.g. --window 2,0")
+
+
+@app.command()
+def explain(
+    seed: Optional[int] = typer.Option(None, help="Random example with this seed (default: the built-in sentence)."),
+    n: Optional[int] = typer.Option(None, help="Number of tokens of a random example."),
+    d: Optional[int] = typer.Option(None, help="Head dimension D_k of a random example."),
+    causal: bool = typer.Option(False, "--causal", help="Causal mask (query i sees keys j <= i)."),
+    window: Optional[str] = typer.Option(None, help="Local window: W or L,R (e.g. 2,0)."),
+    temperature: float = typer.Option(1.0, help="Softmax temperature T (> 0)."),
+    out: Path = typer.Option(Path("attnlab-explain"), help="Folder for the heatmaps."),
+    plots: bool = typer.Option(True, help="Write heatmaps of S, A and the mask."),
+):
+    """Show every step of attention on real numbers and check the code equals the formula."""
+    from attnlab.explain import example, render, walk, write_heatmaps
+
+    for name, val, lo, hi in (("--n", n, 1, 64), ("--d", d, 1, 64)):
+        if val is not None and not lo <= val <= hi:
+            raise UsageError(f"{name} must be between {lo} and {hi} (it is printed in full), got {val}")
+    tokens, q, k, v = example(n=n, d=d, seed=seed)
+    try:
+        wt = walk(tokens, q, k, v, causal=causal, window=_parse_window(window),
+                  temperature=temperature)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    render(wt, console)
+    if plots:
+        paths = write_heatmaps(wt, out)
+        console.print(f"\nheatmaps written to {out}/: " + ", ".join(p.name for p in paths))
+    if not wt.ok:
+        console.print("[red]some checks failed[/red]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def backends():
+    """List the attention backends and what each can do."""
+    from attnlab.core import list_backends
+
+    table = Table(title="attention backends", title_justify="left")
+    for col in ("name", "kind", "returns", "dropout", "backward", "dtypes"):
+        table.add_column(col, no_wrap=True)
+    for name, b in list_backends().items():
+        c = b.capabilities
+        returns = " ".join(["out"] + ["weights"] * c.weights + ["lse"] * c.lse)
+        dtypes = " ".join(sorted(str(t).replace("torch.", "").replace("float", "f")
+                                 for t in c.dtypes))
+        table.add_row(name, "exact" if c.exact else "approx", returns,
+                      "yes" if c.dropout else "-", "yes" if c.backward else "-", dtypes)
+    console.print(table)
+    for name, b in list_backends().items():
+        console.print(f"[bold]{name}[/bold]: {b.description}; masks: "
+                      f"{', '.join(sorted(b.capabilities.masks))}")
+    console.print("backend='auto' picks the fastest exact backend that can serve a request.")
+
+
+def app_help() -> str:
+    """The top-level --help text."""
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        try:
+            app(args=["--help"], standalone_mode=False)
+        except typer.Exit:
+            pass
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except UsageError as exc:
+        print(f"attnlab: error: {exc}", file=sys.stderr)
+        return 2
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        print("attnlab: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as exc:          # typer's usage errors (unknown option, bad value)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            print(app_help(), end="")
+            return 0
+        print(f"attnlab: error: {exc.format_message()} (see attnlab --help)", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

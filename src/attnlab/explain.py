@@ -1,0 +1,197 @@
+"""Every step of attention on real numbers, checked against the code.
+
+:func:`walk` computes Q K^T -> scaled and masked scores -> softmax -> A V step by step in
+float64, checks the invariants, and runs every exact backend on the same numbers;
+:func:`render` prints it and :func:`write_heatmaps` draws S, A and the mask.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from attnlab.core import attention, list_backends, masks
+from attnlab.plotting import heatmap
+
+BUILTIN_TOKENS = ["The", "cat", "sat", "on", "the", "mat"]
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class Walkthrough:
+    """All intermediate matrices of one attention call, float64, shapes (N_q, ...)."""
+
+    tokens: list[str]
+    q: torch.Tensor            # (N, D)
+    k: torch.Tensor            # (N, D)
+    v: torch.Tensor            # (N, D)
+    scale: float
+    temperature: float
+    causal: bool
+    window: tuple[int | None, int | None] | None
+    keep: torch.Tensor         # (N, N) bool, True = may attend
+    s: torch.Tensor            # (N, N) Q K^T
+    scaled: torch.Tensor       # (N, N) S * scale / temperature, -inf where masked
+    a: torch.Tensor            # (N, N) softmax rows
+    o: torch.Tensor            # (N, D) A V
+    checks: list[Check] = field(default_factory=list)
+    backends: dict[str, str] = field(default_factory=dict)   # backends not compared, and why
+
+    @property
+    def ok(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+
+def example(n: int | None = None, d: int | None = None, seed: int | None = None):
+    """Tokens and Q, K, V (float64, rounded to one decimal so they can be followed by hand).
+
+    With no arguments: the built-in six-token sentence with D = 4.
+    """
+    if n is None and d is None and seed is None:
+        tokens = list(BUILTIN_TOKENS)
+        n, d, seed = len(tokens), 4, 7
+    else:
+        n = 6 if n is None else n
+        d = 4 if d is None else d
+        seed = 0 if seed is None else seed
+        tokens = [f"t{i}" for i in range(n)]
+    g = torch.Generator().manual_seed(seed)
+    # + 0.0 turns the -0.0 of rounding into 0.0 so it prints as 0.000
+    q, k, v = (torch.round(torch.randn(n, d, generator=g, dtype=torch.float64) * 10) / 10 + 0.0
+               for _ in range(3))
+    return tokens, q, k, v
+
+
+def walk(tokens: list[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+         causal: bool = False, window: int | tuple[int | None, int | None] | None = None,
+         temperature: float = 1.0, tol: float = 1e-12) -> Walkthrough:
+    """Compute each step by the formula and check it against the library."""
+    n_q, n_k, d = q.shape[0], k.shape[0], q.shape[1]
+    # Validate through the core first, so bad options get the core's messages.
+    attention(q, k, v, causal=causal, window=window, temperature=temperature, backend="reference")
+    scale = 1.0 / math.sqrt(d)
+    w = (window, window) if isinstance(window, int) else window
+    fns = []
+    if causal:
+        fns.append(masks.causal(offset=n_k - n_q))
+    if w is not None:
+        fns.append(masks.window(w[0], w[1], offset=n_k - n_q))
+    keep = (masks.materialize(masks.and_masks(*fns), n_q, n_k)[0, 0] if fns
+            else torch.ones(n_q, n_k, dtype=torch.bool))
+
+    s = q @ k.T                                                  # (N_q, N_k)
+    scaled = (s * scale / temperature).masked_fill(~keep, float("-inf"))
+    a = torch.zeros_like(scaled)
+    for i in range(n_q):                                         # softmax, one row at a time
+        if keep[i].any():
+            e = torch.exp(scaled[i] - scaled[i].max())
+            a[i] = e / e.sum()
+    o = a @ v                                                    # (N_q, D_v)
+
+    wt = Walkthrough(tokens, q, k, v, scale, temperature, causal, w, keep, s, scaled, a, o)
+    empty = ~keep.any(-1)
+    row_sums = a.sum(-1)
+    wt.checks.append(Check("A >= 0", bool((a >= 0).all()), f"min {float(a.min()):.3g}"))
+    err_sum = float((row_sums[~empty] - 1).abs().max()) if (~empty).any() else 0.0
+    wt.checks.append(Check("rows of A sum to 1", err_sum <= tol, f"max |sum - 1| = {err_sum:.2e}"))
+    wt.checks.append(Check("A = 0 where masked", bool((a[~keep] == 0).all()),
+                           f"{int((~keep).sum())} masked entries"))
+    if empty.any():
+        wt.checks.append(Check("fully masked rows give O = 0", bool((o[empty] == 0).all()),
+                               f"{int(empty.sum())} rows"))
+    ref = attention(q, k, v, causal=causal, window=window, temperature=temperature,
+                    backend="reference", return_weights=True)
+    err_a = float((ref.weights - a).abs().max())
+    wt.checks.append(Check("formula = reference backend", err_a <= tol and
+                           float((ref.out - o).abs().max()) <= tol, f"max |dA| = {err_a:.2e}"))
+
+    for name, backend in list_backends().items():
+        if not backend.capabilities.exact:
+            wt.backends[name] = "approximate: not compared"
+            continue
+        try:
+            out = attention(q, k, v, causal=causal, window=window, temperature=temperature,
+                            backend=name)
+        except ValueError as exc:
+            wt.backends[name] = f"cannot serve: {exc}"
+            continue
+        err = float((out - o).abs().max())
+        wt.checks.append(Check(f"backend {name} gives the same O", err <= tol,
+                               f"max |O - O_formula| = {err:.2e}"))
+    return wt
+
+
+def _show(console: Console, caption: str, m: torch.Tensor, rows: list[str], cols: list[str]) -> None:
+    """A caption line, then the matrix with token labels (labels are user text: escaped)."""
+    console.print()
+    console.print(escape(caption), style="bold")
+    table = Table(show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD)
+    table.add_column("")
+    for c in cols:
+        table.add_column(escape(c), justify="right")
+    for label, row in zip(rows, m.tolist()):
+        cells = ["[dim]-inf[/dim]" if x == float("-inf") else f"{x:.3f}" for x in row]
+        table.add_row(escape(label), *cells)
+    console.print(table)
+
+
+def render(wt: Walkthrough, console: Console) -> None:
+    """Print every step with its formula and the checks."""
+    n, d = wt.q.shape
+    dims = [f"d{j}" for j in range(d)]
+    keys = wt.tokens
+    mask_desc = []
+    if wt.causal:
+        mask_desc.append("causal")
+    if wt.window is not None:
+        mask_desc.append(f"window (left={wt.window[0]}, right={wt.window[1]})")
+    console.rule("[bold]attention, step by step")
+    console.print(f"N = {n} tokens, D_k = {d}, scale = 1/sqrt({d}) = {wt.scale:.4f}, "
+                  f"temperature = {wt.temperature:g}, mask: {', '.join(mask_desc) or 'none'}")
+    console.print("Each token has a query (what it looks for), a key (what it offers) and a value "
+                  "(what it passes on).")
+    for name, m in (("Q", wt.q), ("K", wt.k), ("V", wt.v)):
+        _show(console, f"{name} ({n} x {d})", m, wt.tokens, dims)
+    _show(console, "1. S = Q K^T: S[i, j] is the dot product of query i and key j", wt.s,
+          wt.tokens, keys)
+    _show(console, f"2. S * scale / T, then -inf where query i may not attend key j "
+          f"(scale = 1/sqrt(D_k) keeps the variance of a score near 1 whatever D_k is)",
+          wt.scaled, wt.tokens, keys)
+    _show(console, "3. A = softmax of each row: exp(s - max) / sum exp(s - max); each row is a "
+          "probability distribution over the keys", wt.a, wt.tokens, keys)
+    _show(console, "4. O = A V: each output row is a weighted average of the value rows", wt.o,
+          wt.tokens, dims)
+    console.print()
+    console.rule("[bold]checks (float64)")
+    for c in wt.checks:
+        mark = "[green]PASS[/green]" if c.passed else "[red]FAIL[/red]"
+        console.print(f"{mark}  {escape(c.name)}  [dim]({escape(c.detail)})[/dim]")
+    for name, line in wt.backends.items():
+        console.print(f"[yellow]NOTE[/yellow]  backend {name}: {escape(line)}")
+
+
+def write_heatmaps(wt: Walkthrough, out_dir: str | Path) -> list[Path]:
+    """scores.png (scaled, masked S), weights.png (A) and mask.png in out_dir."""
+    out_dir = Path(out_dir)
+    labels = dict(row_labels=wt.tokens, col_labels=wt.tokens)
+    return [
+        heatmap(wt.scaled, out_dir / "scores.png", cmap="coolwarm", center=True,
+                title="S = Q K^T * scale / T (hatched: masked)", colorbar_label="score", **labels),
+        heatmap(wt.a, out_dir / "weights.png", title="A = softmax(S) (rows sum to 1)",
+                vmin=0.0, vmax=1.0, colorbar_label="weight", **labels),
+        heatmap(wt.keep.double(), out_dir / "mask.png", categories=["masked", "may attend"],
+                title="mask (True = may attend)", fmt="{:.0f}", **labels),
+    ]

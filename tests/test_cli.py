@@ -1,0 +1,69 @@
+"""The attnlab command: explain, backends, and one-line usage errors with exit status 2."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.explain import example, walk
+
+
+def test_explain_default_prints_steps_checks_and_writes_heatmaps(tmp_path, capsys):
+    assert main(["explain", "--causal", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    for step in ("S = Q K^T", "A = softmax", "O = A V", "-inf", "PASS", "backend tiled",
+                 "backend sdpa"):
+        assert step in text
+    assert "FAIL" not in text
+    for name in ("scores.png", "weights.png", "mask.png"):
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert not list(tmp_path.glob(".*"))          # no temporary files left behind
+
+
+def test_explain_random_example_with_window(tmp_path, capsys):
+    assert main(["explain", "--seed", "3", "--n", "9", "--d", "5", "--window", "2,1",
+                 "--no-plots"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "t8" in text and "window (left=2, right=1)" in text
+
+
+@pytest.mark.parametrize("args, words", [
+    (["explain", "--window", "x"], "--window must be"),
+    (["explain", "--n", "0"], "--n must be between"),
+    (["explain", "--temperature", "-1"], "temperature must be"),
+    (["explain", "--bogus"], "No such option"),
+    (["nonsense"], "No such command"),
+])
+def test_usage_errors_are_one_line_exit_2(args, words, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_console_script_exit_status_without_traceback():
+    exe = Path(sys.executable).parent / "attnlab"
+    proc = subprocess.run([str(exe), "explain", "--window", "-3"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("attnlab: error: window must be") and "Traceback" not in proc.stderr
+
+
+def test_backends_command_lists_capabilities(capsys):
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    for name in ("reference", "sdpa", "tiled", "lse", "dropout"):
+        assert name in out
+
+
+def test_walk_checks_fully_masked_rows():
+    tokens, q, k, v = example(n=5, d=3, seed=1)
+    wt = walk(tokens, q, k, v, causal=True, window=(0, 0))
+    assert wt.ok and torch.equal(wt.keep, torch.eye(5, dtype=torch.bool))
+    # Query 0 with a window ending before the first key sees nothing.
+    tokens, q, k, v = example(n=4, d=3, seed=1)
+    wt = walk(tokens, q, k[:3], v[:3], causal=True)
+    assert wt.ok and any(c.name.startswith("fully masked") for c in wt.checks)
+    assert (wt.o[0] == 0).all()
