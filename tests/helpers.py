@@ -18,7 +18,7 @@ def run(q, k, v, backend, grad=True, **kw):
     grads = None
     if grad:
         g = torch.Generator().manual_seed(1)
-        cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)
+        cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device, out.dtype)
         grads = torch.autograd.grad(out, (q, k, v), cot)
     return out.detach(), (res.lse.detach() if want_lse else None), grads
 

@@ -61,7 +61,7 @@ def _sdpa_cost(spec: AttentionSpec) -> float:
     if spec.causal and not _needs_dense_mask(spec):
         per_score *= 0.5                                      # its kernels skip the upper triangle
     elif _needs_dense_mask(spec):
-        per_score *= 1.3                                      # builds and reads an N_q x N_k mask
+        per_score *= 1.4                                      # builds and reads an N_q x N_k mask
     return 50.0 + per_score * spec.entries
 
 
