@@ -3,6 +3,7 @@
 from attnlab.core import (
     AttentionOutput,
     Capabilities,
+    attend,
     attention,
     list_backends,
     masks,
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionOutput",
     "Capabilities",
+    "attend",
     "attention",
     "list_backends",
     "masks",

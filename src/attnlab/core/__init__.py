@@ -12,7 +12,7 @@ Leading dims may be any broadcastable shape; (B, H) is the common case.
 """
 
 from attnlab.core import masks
-from attnlab.core.api import attention, which_backend
+from attnlab.core.api import attend, attention, which_backend
 from attnlab.core.registry import Backend, Capabilities, list_backends, register_backend
 from attnlab.core.softmax import masked_softmax, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
@@ -22,6 +22,7 @@ __all__ = [
     "AttentionSpec",
     "Backend",
     "Capabilities",
+    "attend",
     "attention",
     "list_backends",
     "masked_softmax",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
+from attnlab.core.backends.reference import weigh_values
 from attnlab.core.registry import select_backend
 from attnlab.core.spec import AttentionOutput, build_spec
 
@@ -77,3 +78,47 @@ def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend:
                   **kwargs) -> str:
     """The name of the backend :func:`attention` would run for these arguments."""
     return select_backend(backend, build_spec(q, k, v, **kwargs)).name
+
+
+def attend(scores: torch.Tensor, v: torch.Tensor, *, mask=None, causal: bool = False,
+           window: int | tuple[int | None, int | None] | None = None, temperature: float = 1.0,
+           dropout_p: float = 0.0, generator: torch.Generator | None = None,
+           return_weights: bool = False,
+           return_lse: bool = False) -> torch.Tensor | AttentionOutput:
+    r"""Attention from scores you computed: ``O = softmax(scores / temperature + mask) V``.
+
+    For learned scoring functions (additive, bilinear, ...) that are not a scaled dot product.
+    Masks, causal/window alignment, dropout, fully masked rows and the typed result follow
+    exactly the contract of :func:`attention` (the scores play the role of the scaled scores).
+
+    Args:
+        scores: ``(..., N_q, N_k)`` raw scores.
+        v: values ``(..., N_k, D_v)``.
+        mask, causal, window, temperature, dropout_p, generator, return_weights, return_lse:
+            as in :func:`attention`.
+
+    Returns:
+        ``out (..., N_q, D_v)`` or an :class:`AttentionOutput`.
+
+    Example:
+        >>> s, v = torch.randn(2, 5, 7), torch.randn(2, 7, 3)
+        >>> attend(s, v, causal=True).shape
+        torch.Size([2, 5, 3])
+    """
+    if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
+        raise TypeError("scores must be a tensor of shape (..., N_q, N_k), got "
+                        f"{type(scores).__name__ if not isinstance(scores, torch.Tensor) else tuple(scores.shape)}")
+    # Validate through the same spec as attention(): a zero-width q/k stands in for the scores.
+    q = scores.new_zeros(*scores.shape[:-1], 0)                  # (..., N_q, 0)
+    k = scores.new_zeros(*scores.shape[:-2], scores.shape[-1], 0)  # (..., N_k, 0)
+    if isinstance(v, torch.Tensor) and v.dtype != scores.dtype:
+        raise TypeError(f"scores and v must share one dtype, got {scores.dtype} and {v.dtype}; "
+                        "cast one, e.g. v.to(scores.dtype)")
+    spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=1.0,
+                      temperature=temperature, dropout_p=dropout_p, generator=generator,
+                      return_weights=return_weights, return_lse=return_lse)
+    v = v.expand(*spec.batch_shape, *v.shape[-2:])
+    result = weigh_values(scores / spec.temperature, v, spec)
+    if return_weights or return_lse:
+        return result
+    return result.out

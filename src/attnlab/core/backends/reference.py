@@ -38,6 +38,12 @@ def dropout_keep_dense(spec: AttentionSpec) -> torch.Tensor:
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         spec: AttentionSpec) -> AttentionOutput:
     s = (q @ k.transpose(-2, -1)) * spec.score_scale          # (..., N_q, N_k)
+    return weigh_values(s, v, spec)
+
+
+def weigh_values(s: torch.Tensor, v: torch.Tensor, spec: AttentionSpec) -> AttentionOutput:
+    """Everything after the scores: mask, softmax, dropout, A V. Shared with learned scoring
+    functions (:func:`attnlab.core.api.attend`), so they follow the same contract."""
     bias = spec.float_bias()
     if bias is not None:
         s = s + bias.to(s.dtype)

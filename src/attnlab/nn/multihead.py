@@ -1,0 +1,270 @@
+"""Multi-head attention that is interchangeable with ``torch.nn.MultiheadAttention``.
+
+    head_h = attention(X W_q^h, X W_k^h, X W_v^h)       (B, H, N_q, D_h)
+    out    = concat_h(head_h) W_o + b_o                 (B, N_q, E)
+
+Parameters carry torch's names (``in_proj_weight``, ``q_proj_weight``, ``out_proj``...), so a
+``state_dict`` moves between the two classes unchanged; :meth:`MultiheadAttention.from_torch` and
+:meth:`MultiheadAttention.to_torch` convert modules.
+
+Mask polarity. This module keeps torch's meaning at its boundary:
+
+* ``attn_mask`` bool: **True = may NOT attend** (masked out); float: added to the scores.
+* ``key_padding_mask`` bool ``(B, N_k)``: **True = padding** (ignored); float: added.
+
+The core (:func:`attnlab.attention`) uses the opposite bool polarity, **True = may attend**;
+the conversion happens once, in :func:`_to_core_mask`. One difference from torch on purpose:
+a query whose keys are all masked gets attention output 0 (so the module returns ``out_proj``'s
+bias there), where torch returns NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attnlab.core import attention
+
+
+def _check_mask_dtype(name: str, m: torch.Tensor | None) -> None:
+    if m is not None and m.dtype != torch.bool and not m.dtype.is_floating_point:
+        raise TypeError(f"{name} must be bool (True = masked out, as in torch.nn.MultiheadAttention)"
+                        f" or float (added to the scores), got {m.dtype}; use {name}.bool()")
+
+
+def _to_core_mask(attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
+                  batch: int, heads: int, n_q: int, n_k: int,
+                  dtype: torch.dtype) -> torch.Tensor | None:
+    """torch-polarity masks -> one core mask (True = may attend, or an additive bias),
+    broadcastable to ``(B, H, N_q, N_k)``."""
+    parts = []
+    if attn_mask is not None:
+        _check_mask_dtype("attn_mask", attn_mask)
+        if attn_mask.dim() == 2:
+            if attn_mask.shape != (n_q, n_k):
+                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} must be (N_q, N_k) = "
+                                 f"{(n_q, n_k)} or (B * num_heads, N_q, N_k); fix its size")
+            m = attn_mask                                                  # (N_q, N_k)
+        elif attn_mask.dim() == 3:
+            if attn_mask.shape != (batch * heads, n_q, n_k):
+                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} must be "
+                                 f"(B * num_heads, N_q, N_k) = {(batch * heads, n_q, n_k)} or "
+                                 f"(N_q, N_k); fix its size")
+            m = attn_mask.view(batch, heads, n_q, n_k)                     # (B, H, N_q, N_k)
+        else:
+            raise ValueError(f"attn_mask must be 2-D (N_q, N_k) or 3-D (B * num_heads, N_q, N_k), "
+                             f"got shape {tuple(attn_mask.shape)}")
+        parts.append(m)
+    if key_padding_mask is not None:
+        _check_mask_dtype("key_padding_mask", key_padding_mask)
+        if key_padding_mask.shape != (batch, n_k):
+            raise ValueError(f"key_padding_mask of shape {tuple(key_padding_mask.shape)} must be "
+                             f"(B, N_k) = {(batch, n_k)} with True at padding keys; pass one row "
+                             "per batch element")
+        parts.append(key_padding_mask[:, None, None, :])                  # (B, 1, 1, N_k)
+    if not parts:
+        return None
+    if all(p.dtype == torch.bool for p in parts):
+        masked = parts[0] if len(parts) == 1 else parts[0] | parts[1]
+        return ~masked                                                     # True = may attend
+    bias = torch.zeros((), dtype=dtype, device=parts[0].device)
+    for p in parts:
+        bias = bias + (torch.zeros_like(p, dtype=dtype).masked_fill(p, float("-inf"))
+                       if p.dtype == torch.bool else p.to(dtype))
+    return bias
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017, section 3.2.2).
+
+    Args:
+        embed_dim: model width E (query dim and output dim).
+        num_heads: H; E must be divisible by H (head dim D_h = E / H).
+        dropout: dropout probability on the attention weights, in training mode only.
+        bias: biases on the input and output projections.
+        kdim, vdim: key and value input dims (default E); when they differ from E the Q, K, V
+            projections are separate matrices, otherwise one fused ``(3E, E)`` matrix.
+        batch_first: inputs ``(B, N, E)`` if True, ``(N, B, E)`` if False (torch's default).
+        backend: passed to :func:`attnlab.attention` (``"auto"`` by default).
+
+    Shapes (batch_first=True): query ``(B, N_q, E)``, key ``(B, N_k, kdim)``,
+    value ``(B, N_k, vdim)`` -> output ``(B, N_q, E)`` and weights ``(B, N_q, N_k)`` averaged over
+    heads, or ``(B, H, N_q, N_k)`` with ``average_attn_weights=False``. Unbatched ``(N, E)``
+    inputs work too.
+
+    Example:
+        >>> mha = MultiheadAttention(64, 8, batch_first=True)
+        >>> x = torch.randn(2, 10, 64)
+        >>> out, w = mha(x, x, x, average_attn_weights=False)
+        >>> out.shape, w.shape
+        (torch.Size([2, 10, 64]), torch.Size([2, 8, 10, 10]))
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 kdim: int | None = None, vdim: int | None = None, batch_first: bool = False,
+                 backend: str = "auto", device=None, dtype=None):
+        super().__init__()
+        for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
+                raise ValueError(f"{name} must be a positive int, got {val!r}")
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
+                             f"choose num_heads among the divisors of {embed_dim} or change embed_dim")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        factory = {"device": device, "dtype": dtype}
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.dropout, self.batch_first, self.backend = dropout, batch_first, backend
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
+            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
+            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections and zero biases, as torch.nn.MultiheadAttention."""
+        if self._qkv_same_embed_dim:
+            nn.init.xavier_uniform_(self.in_proj_weight)
+        else:
+            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                nn.init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def _project(self, query, key, value):
+        """Inputs ``(B, N, *)`` -> q ``(B, N_q, E)``, k ``(B, N_k, E)``, v ``(B, N_k, E)``."""
+        e = self.embed_dim
+        b = self.in_proj_bias
+        b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)
+        if self._qkv_same_embed_dim:
+            if query is key and key is value:
+                # Self-attention: one (B, N, E) x (E, 3E) matmul, then split.
+                return F.linear(query, self.in_proj_weight, b).chunk(3, dim=-1)
+            w_q, w_k, w_v = self.in_proj_weight.split(e)
+            if key is value:
+                k, v = F.linear(key, torch.cat([w_k, w_v]),
+                                None if b is None else torch.cat([b_k, b_v])).chunk(2, dim=-1)
+                return F.linear(query, w_q, b_q), k, v
+            return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        return (F.linear(query, self.q_proj_weight, b_q), F.linear(key, self.k_proj_weight, b_k),
+                F.linear(value, self.v_proj_weight, b_v))
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
+                value: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+                need_weights: bool = True, attn_mask: torch.Tensor | None = None,
+                average_attn_weights: bool = True, is_causal: bool = False):
+        """Same arguments and returns as ``torch.nn.MultiheadAttention.forward``; key and value
+        default to query (self-attention). ``is_causal=True`` applies attnlab's causal mask
+        (bottom-right aligned), ANDed with ``attn_mask`` if one is given.
+
+        Returns:
+            ``(out, weights)``: ``out`` as the query's layout, ``weights`` or None.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+            batch_first = False
+        else:
+            batch_first = self.batch_first
+        if not batch_first:                          # (N, B, E) -> (B, N, E); keep identity
+            same_kv, same_qk = key is value, query is key
+            query = query.transpose(0, 1)
+            key = query if same_qk else key.transpose(0, 1)
+            value = key if same_kv else value.transpose(0, 1)
+        self._check_inputs(query, key, value)
+        bsz, n_q, _ = query.shape
+        n_k = key.shape[1]
+        q, k, v = self._project(query, key, value)                       # (B, N, E)
+        h, d = self.num_heads, self.head_dim
+        q = q.view(bsz, n_q, h, d).transpose(1, 2)                       # (B, H, N_q, D_h)
+        k = k.view(bsz, n_k, h, d).transpose(1, 2)                       # (B, H, N_k, D_h)
+        v = v.view(bsz, n_k, h, d).transpose(1, 2)                       # (B, H, N_k, D_h)
+        mask = _to_core_mask(attn_mask, key_padding_mask, bsz, h, n_q, n_k, q.dtype)
+        res = attention(q, k, v, mask=mask, causal=is_causal,
+                        dropout_p=self.dropout if self.training else 0.0, backend=self.backend,
+                        return_weights=need_weights)
+        out = res.out if need_weights else res                            # (B, H, N_q, D_h)
+        out = out.transpose(1, 2).reshape(bsz, n_q, self.embed_dim)      # (B, N_q, E)
+        out = self.out_proj(out)
+        if not batch_first:
+            out = out.transpose(0, 1)                                     # (N_q, B, E)
+        if unbatched:
+            out = out.squeeze(1)
+        if not need_weights:
+            return out, None
+        w = res.weights                                                   # (B, H, N_q, N_k)
+        if average_attn_weights:
+            w = w.mean(dim=1)                                             # (B, N_q, N_k)
+        if unbatched:
+            w = w.squeeze(0)
+        return out, w
+
+    def _check_inputs(self, query, key, value) -> None:
+        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+            raise ValueError(f"query, key, value must all be 3-D (batched) or 2-D (unbatched), "
+                             f"got {query.dim()}-D, {key.dim()}-D, {value.dim()}-D")
+        for name, t, want in (("query", query, self.embed_dim), ("key", key, self.kdim),
+                              ("value", value, self.vdim)):
+            if t.shape[-1] != want:
+                arg = {"query": "embed_dim", "key": "kdim", "value": "vdim"}[name]
+                raise ValueError(f"{name} has last dim {t.shape[-1]} but the module was built "
+                                 f"with {arg}={want}; build it with {arg}={t.shape[-1]}")
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"key and value must have the same batch and length, got "
+                             f"{tuple(key.shape)} and {tuple(value.shape)}")
+        if query.shape[0] != key.shape[0]:
+            raise ValueError(f"query and key must have the same batch size, got {query.shape[0]} "
+                             f"and {key.shape[0]}; check batch_first={self.batch_first}")
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention, backend: str = "auto") -> "MultiheadAttention":
+        """An attnlab module with the same configuration and weights as a torch one."""
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn are not supported; convert a module "
+                             "built without them")
+        ref = module.out_proj.weight
+        new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
+                  bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim,
+                  batch_first=module.batch_first, backend=backend, device=ref.device,
+                  dtype=ref.dtype)
+        new.load_state_dict(module.state_dict())
+        new.train(module.training)
+        return new
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """A torch.nn.MultiheadAttention with the same configuration and weights."""
+        ref = self.out_proj.weight
+        m = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout,
+                                  bias=self.in_proj_bias is not None, kdim=self.kdim,
+                                  vdim=self.vdim, batch_first=self.batch_first,
+                                  device=ref.device, dtype=ref.dtype)
+        m.load_state_dict(self.state_dict())
+        m.train(self.training)
+        return m
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}, "
+                f"kdim={self.kdim}, vdim={self.vdim}, batch_first={self.batch_first}, "
+                f"backend={self.backend!r}")

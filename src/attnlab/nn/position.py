@@ -1,0 +1,154 @@
+"""Positional information: sinusoidal, learned, rotary (RoPE) and ALiBi.
+
+Attention itself is permutation-equivariant: without positions, "dog bites man" and
+"man bites dog" give the same multiset of outputs. These are the four standard remedies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+def sinusoidal_table(n: int, d_model: int, base: float = 10000.0,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The fixed encodings of Vaswani et al. (2017), section 3.5. Returns ``(n, d_model)``::
+
+        PE(pos, 2i)   = sin(pos / base^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / base^(2i / d_model))
+
+    Each pair of dims is a rotation at its own frequency, so PE(pos + k) is a fixed linear
+    function of PE(pos) for every offset k.
+    """
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for sin/cos pairs, got {d_model}")
+    pos = torch.arange(n, dtype=torch.float64)[:, None]                     # (n, 1)
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    angles = pos * inv_freq                                                 # (n, d/2)
+    pe = torch.empty(n, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return pe.to(dtype)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds :func:`sinusoidal_table` to ``x (B, N, d_model)`` (batch_first) then dropout."""
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0,
+                 batch_first: bool = True):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+        self.batch_first = batch_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1] if self.batch_first else x.shape[0]
+        if n > self.pe.shape[0]:
+            raise ValueError(f"sequence length {n} exceeds max_len={self.pe.shape[0]}; build the "
+                             f"module with max_len >= {n}")
+        pe = self.pe[:n].to(x.dtype)                                         # (N, d)
+        return self.dropout(x + (pe if self.batch_first else pe[:, None]))
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """A trained embedding per position (as in BERT and GPT), added to ``x (B, N, d_model)``."""
+
+    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        if n > self.embedding.num_embeddings:
+            raise ValueError(f"sequence length {n} exceeds max_len={self.embedding.num_embeddings}")
+        return self.dropout(x + self.embedding(torch.arange(n, device=x.device)))
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding, RoPE (Su et al. 2021, RoFormer).
+
+    Rotates each pair of dims of q and k by an angle proportional to the position,
+    ``theta_i = pos * base^(-2i/D)``. Then ``<R(m) q, R(n) k> = <q, R(n - m) k>``: the score
+    depends on the positions only through their difference.
+
+    Args:
+        dim: head dim D (even).
+        interleaved: pair dims (0, 1), (2, 3), ... as in the paper; False pairs (i, i + D/2),
+            the "rotate half" layout of GPT-NeoX and LLaMA checkpoints.
+
+    Shapes: ``x (..., N, D)``; ``positions (N,)`` default ``arange(N)``.
+
+    Example:
+        >>> rope = RotaryEmbedding(8)
+        >>> q = torch.randn(2, 4, 10, 8)
+        >>> rope(q).shape
+        torch.Size([2, 4, 10, 8])
+    """
+
+    def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False):
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"dim must be even (dims rotate in pairs), got {dim}")
+        self.dim, self.base, self.interleaved = dim, base, interleaved
+        inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x has last dim {x.shape[-1]}, expected dim={self.dim}")
+        n = x.shape[-2]
+        pos = torch.arange(n, device=x.device) if positions is None else positions.to(x.device)
+        angles = pos.to(torch.float64)[:, None] * self.inv_freq.to(x.device)   # (N, D/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        if self.interleaved:
+            x1, x2 = x[..., 0::2], x[..., 1::2]                               # (..., N, D/2)
+            out = torch.empty_like(x)
+            out[..., 0::2] = x1 * cos - x2 * sin
+            out[..., 1::2] = x1 * sin + x2 * cos
+            return out
+        x1, x2 = x[..., : self.dim // 2], x[..., self.dim // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """Head slopes of ALiBi (Press, Smith & Lewis 2022, section 3).
+
+    For n heads, a power of 2, the slopes are the geometric sequence starting at 2^(-8/n) with
+    that ratio: 1/2, 1/4, ..., 1/256 for 8 heads. Otherwise the paper takes the slopes of the
+    closest smaller power of 2 and adds every other slope of the next power of 2.
+    """
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        return torch.tensor(power_of_2(num_heads), dtype=torch.float64)
+    closest = 2 ** math.floor(math.log2(num_heads))
+    extra = power_of_2(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(power_of_2(closest) + extra, dtype=torch.float64)
+
+
+def alibi_bias(num_heads: int, n_q: int, n_k: int | None = None, causal: bool = True,
+               dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """ALiBi's additive bias ``(H, N_q, N_k)``: ``-m_h * (p - j)`` for key j and query position
+    ``p = i + N_k - N_q`` (bottom-right aligned, like the core's causal mask).
+
+    With ``causal=True`` keys after the query get ``-inf`` (pass the result as the core's float
+    mask and nothing else is needed); with ``causal=False`` the distance is ``|p - j|``, the usual
+    bidirectional variant.
+    """
+    n_k = n_q if n_k is None else n_k
+    m = alibi_slopes(num_heads).to(device)                                   # (H,)
+    p = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)              # (N_q, 1)
+    j = torch.arange(n_k, device=device)[None, :]                            # (1, N_k)
+    dist = (p - j).to(torch.float64)                                         # (N_q, N_k)
+    bias = -m[:, None, None] * (dist.abs() if not causal else dist)          # (H, N_q, N_k)
+    if causal:
+        bias = bias.masked_fill(dist[None] < 0, float("-inf"))
+    return bias.to(dtype)
