@@ -67,3 +67,23 @@ def test_walk_checks_fully_masked_rows():
     wt = walk(tokens, q, k[:3], v[:3], causal=True)
     assert wt.ok and any(c.name.startswith("fully masked") for c in wt.checks)
     assert (wt.o[0] == 0).all()
+
+
+def test_explain_real_model_head(tmp_path, capsys):
+    assert main(["explain", "--model", "default", "--text", "Attention is <b>all</b> you need.",
+                 "--layer", "1", "--head", "3", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "[CLS]" in text and "[SEP]" in text and "first 8 of 32 dims" in text
+    assert "PASS A equals the transformers attention map" in " ".join(text.split())
+    assert "FAIL" not in text
+    assert (tmp_path / "weights.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--layer", "6"], "layer must be in 0..5"),
+    (["--head", "-1"], "head must be in 0..11"),
+    (["--causal"], "apply to the built-in example"),
+])
+def test_explain_model_usage_errors(args, words, capsys):
+    assert main(["explain", "--model", "default", "--no-plots", *args]) == 2
+    assert words in capsys.readouterr().err

@@ -49,18 +49,31 @@ def explain(
     temperature: float = typer.Option(1.0, help="Softmax temperature T (> 0)."),
     out: Path = typer.Option(Path("attnlab-explain"), help="Folder for the heatmaps."),
     plots: bool = typer.Option(True, help="Write heatmaps of S, A and the mask."),
+    model: Optional[str] = typer.Option(None, help="'default' (embedded all-MiniLM-L6-v2) or a "
+                                        "local BERT folder: show a real head instead."),
+    text: Optional[str] = typer.Option(None, help="Sentence for --model (default: a short one)."),
+    layer: int = typer.Option(0, help="Layer of --model (0-based)."),
+    head: int = typer.Option(0, help="Head of --model (0-based)."),
 ):
     """Show every step of attention on real numbers and check the code equals the formula."""
-    from attnlab.explain import example, render, walk, write_heatmaps
+    from attnlab.explain import example, model_walk, render, walk, write_heatmaps
 
     for name, val, lo, hi in (("--n", n, 1, 64), ("--d", d, 1, 64)):
         if val is not None and not lo <= val <= hi:
             raise UsageError(f"{name} must be between {lo} and {hi} (it is printed in full), got {val}")
-    tokens, q, k, v = example(n=n, d=d, seed=seed)
+    if text is not None and model is None:
+        model = "default"
     try:
-        wt = walk(tokens, q, k, v, causal=causal, window=_parse_window(window),
-                  temperature=temperature)
-    except (ValueError, TypeError) as exc:
+        if model is not None:
+            if causal or window is not None or seed is not None or n is not None or d is not None:
+                raise UsageError("--causal, --window, --seed, --n and --d apply to the built-in "
+                                 "example, not to --model (its attention is what it is)")
+            wt = model_walk(text or "The cat sat on the mat.", model, layer=layer, head=head)
+        else:
+            tokens, q, k, v = example(n=n, d=d, seed=seed)
+            wt = walk(tokens, q, k, v, causal=causal, window=_parse_window(window),
+                      temperature=temperature)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
     render(wt, console)
     if plots:

@@ -49,6 +49,8 @@ class Walkthrough:
     o: torch.Tensor            # (N, D) A V
     checks: list[Check] = field(default_factory=list)
     backends: dict[str, str] = field(default_factory=dict)   # backends not compared, and why
+    source: str = "built-in example"                          # where Q, K, V come from
+    label: str = ""                                           # short form for figure titles
 
     @property
     def ok(self) -> bool:
@@ -138,20 +140,24 @@ def _show(console: Console, caption: str, m: torch.Tensor, rows: list[str], cols
     """A caption line, then the matrix with token labels (labels are user text: escaped)."""
     console.print()
     console.print(escape(caption), style="bold")
-    table = Table(show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD)
+    table = Table(show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     table.add_column("")
     for c in cols:
         table.add_column(escape(c), justify="right")
     for label, row in zip(rows, m.tolist()):
-        cells = ["[dim]-inf[/dim]" if x == float("-inf") else f"{x:.3f}" for x in row]
+        cells = ["[dim]-inf[/dim]" if x == float("-inf") else
+                 f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}" for x in row]
         table.add_row(escape(label), *cells)
     console.print(table)
 
 
-def render(wt: Walkthrough, console: Console) -> None:
-    """Print every step with its formula and the checks."""
+def render(wt: Walkthrough, console: Console, max_dims: int = 8) -> None:
+    """Print every step with its formula and the checks. Matrices over the head dim show
+    their first ``max_dims`` columns."""
     n, d = wt.q.shape
-    dims = [f"d{j}" for j in range(d)]
+    shown = min(d, max_dims)
+    dims = [f"d{j}" for j in range(shown)]
+    more = f", first {shown} of {d} dims shown" if shown < d else ""
     keys = wt.tokens
     mask_desc = []
     if wt.causal:
@@ -159,12 +165,13 @@ def render(wt: Walkthrough, console: Console) -> None:
     if wt.window is not None:
         mask_desc.append(f"window (left={wt.window[0]}, right={wt.window[1]})")
     console.rule("[bold]attention, step by step")
+    console.print(escape(f"source: {wt.source}"))
     console.print(f"N = {n} tokens, D_k = {d}, scale = 1/sqrt({d}) = {wt.scale:.4f}, "
                   f"temperature = {wt.temperature:g}, mask: {', '.join(mask_desc) or 'none'}")
     console.print("Each token has a query (what it looks for), a key (what it offers) and a value "
                   "(what it passes on).")
     for name, m in (("Q", wt.q), ("K", wt.k), ("V", wt.v)):
-        _show(console, f"{name} ({n} x {d})", m, wt.tokens, dims)
+        _show(console, f"{name} ({n} x {d}{more})", m[:, :shown], wt.tokens, dims)
     _show(console, "1. S = Q K^T: S[i, j] is the dot product of query i and key j", wt.s,
           wt.tokens, keys)
     _show(console, f"2. S * scale / T, then -inf where query i may not attend key j "
@@ -172,8 +179,8 @@ def render(wt: Walkthrough, console: Console) -> None:
           wt.scaled, wt.tokens, keys)
     _show(console, "3. A = softmax of each row: exp(s - max) / sum exp(s - max); each row is a "
           "probability distribution over the keys", wt.a, wt.tokens, keys)
-    _show(console, "4. O = A V: each output row is a weighted average of the value rows", wt.o,
-          wt.tokens, dims)
+    _show(console, f"4. O = A V: each output row is a weighted average of the value rows{more}",
+          wt.o[:, :shown], wt.tokens, dims)
     console.print()
     console.rule("[bold]checks (float64)")
     for c in wt.checks:
@@ -189,9 +196,72 @@ def write_heatmaps(wt: Walkthrough, out_dir: str | Path) -> list[Path]:
     labels = dict(row_labels=wt.tokens, col_labels=wt.tokens)
     return [
         heatmap(wt.scaled, out_dir / "scores.png", cmap="coolwarm", center=True,
-                title="S = Q K^T * scale / T (hatched: masked)", colorbar_label="score", **labels),
-        heatmap(wt.a, out_dir / "weights.png", title="A = softmax(S) (rows sum to 1)",
+                title=f"S = Q K^T * scale / T{wt.label}\n(hatched: masked)", colorbar_label="score", **labels),
+        heatmap(wt.a, out_dir / "weights.png", title=f"A = softmax(S){wt.label}\n(rows sum to 1)",
                 vmin=0.0, vmax=1.0, colorbar_label="weight", **labels),
         heatmap(wt.keep.double(), out_dir / "mask.png", categories=["masked", "may attend"],
-                title="mask (True = may attend)", fmt="{:.0f}", **labels),
+                title=f"mask{wt.label} (True = may attend)", fmt="{:.0f}", **labels),
     ]
+
+
+def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0) -> Walkthrough:
+    """The walk-through for one head of a real BERT-style model on ``text``.
+
+    Q, K, V are that head's projections of the layer's input hidden states, computed by
+    attnlab's :class:`~attnlab.nn.BertModel` (float64 for the walk); the checks add the largest
+    difference between the formula's A and the attention map of ``transformers``' own
+    implementation of the same checkpoint (and of attnlab's BertModel).
+    """
+    from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(model)
+    ours = BertModel.from_pretrained(path)
+    cfg = ours.config
+    for name, val, hi in (("layer", layer, cfg.num_hidden_layers), ("head", head,
+                                                                    cfg.num_attention_heads)):
+        if not 0 <= val < hi:
+            raise ValueError(f"{name} must be in 0..{hi - 1} for this model, got {val}")
+    tok = load_tokenizer(path)
+    batch = tok([text], return_tensors="pt", truncation=True, max_length=64)
+    tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    with torch.no_grad():
+        res = ours(batch["input_ids"], batch["attention_mask"], return_attention=True,
+                   return_hidden_states=True)
+        x = res.hidden_states[layer][0].double()                    # (N, E), the layer's input
+        mha = ours.encoder.layers[layer].self_attn
+        e, dh = mha.embed_dim, mha.head_dim
+        w = mha.in_proj_weight.double().view(3, e, e)               # (q|k|v, E_out, E_in)
+        b = mha.in_proj_bias.double().view(3, e)
+        rows = slice(head * dh, (head + 1) * dh)
+        q, k, v = (x @ w[i, rows].T + b[i, rows] for i in range(3))  # (N, D_h) each
+    wt = walk(tokens, q, k, v)
+    name = "all-MiniLM-L6-v2" if str(model) == "default" else path.name
+    wt.source = f"{name}, layer {layer}, head {head}, text {text!r}"
+    wt.label = f" ({name}, layer {layer}, head {head})"
+    hf_map = _transformers_map(path, batch, layer, head)
+    own_map = res.attentions[layer][0, head].double()
+    for name, m in (("transformers", hf_map), ("attnlab BertModel", own_map)):
+        if m is None:
+            wt.backends[name] = "transformers could not load this checkpoint: not compared"
+            continue
+        err = float((wt.a - m).abs().max())
+        wt.checks.append(Check(f"A equals the {name} attention map", err <= 1e-5,
+                               f"max |A - map| = {err:.2e}, float32 model"))
+    return wt
+
+
+def _transformers_map(path, batch, layer: int, head: int) -> torch.Tensor | None:
+    """The attention map of transformers' own BERT (eager attention, so it returns maps)."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        hf = AutoModel.from_pretrained(str(path), attn_implementation="eager",
+                                       local_files_only=True).eval()
+    except (OSError, ValueError):
+        return None
+    with torch.no_grad():
+        maps = hf(**batch, output_attentions=True).attentions
+    return maps[layer][0, head].double()
