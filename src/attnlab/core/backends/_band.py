@@ -1,0 +1,220 @@
+"""The blocksparse backend's fast path for a pure band (sliding window, causal local attention).
+
+With square blocks of size b, query block ``qb`` needs key blocks ``qb + lo .. qb + lo + G - 1``
+for constants ``lo`` and ``G`` (the band is translation invariant). So for a run of C
+consecutive query blocks, slot g reads the *contiguous* key blocks ``s0 + lo + g ...``: no
+gather, no index_add, just slices of K and V padded with zero blocks at both ends::
+
+    S[:, :, g] = Q_blocks @ K_blocks[s0 + lo + g : ... + C]ᵀ      (BH, C, b, b) per slot
+    softmax over (g, key)         O = sum_g P[:, :, g] @ V_blocks[s0 + lo + g : ... + C]
+
+Slots whose tile the band covers entirely are not masked; the others get a fixed (b, b) mask,
+and the runs at either end of the sequence get the exact mask from positions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.core.dropout import keep_mask
+from attnlab.core.softmax import finite_or_zero
+from attnlab.core.spec import AttentionSpec
+
+BLOCK = 64        # square blocks: measured fastest for windows of a few hundred keys
+RUN = 8           # query blocks per step (a run's scores: G x 8 x BH x 64 x 64)
+
+
+class Band:
+    """Geometry of a band on a square block grid."""
+
+    def __init__(self, spec: AttentionSpec, block: int):
+        left, right = spec.band
+        b, off = block, spec.offset
+        self.spec, self.b = spec, b
+        self.left, self.right = left, right
+        self.nqb, self.nkb = -(-spec.n_q // b), -(-spec.n_k // b)
+        self.lo = (off - left) // b                           # first key block of query block 0
+        self.g = (b - 1 + off + right) // b - self.lo + 1     # key blocks per query block
+        self.pad_l = max(0, -self.lo)
+        self.pad_r = max(0, self.nqb - 1 + self.lo + self.g - self.nkb)
+        # The (b, b) pattern of slot g is the same for every interior query block.
+        i = torch.arange(b, device=spec.device)
+        # Partial slots get an additive 0/-inf bias, fused into the score matmul (baddbmm).
+        self.slot_bias: list[torch.Tensor | None] = []
+        for g in range(self.g):
+            d = (self.lo + g) * b + i[None, :] - i[:, None] - off   # key pos - query pos (qb = 0)
+            keep = (d >= -left) & (d <= right)                      # (b, b)
+            self.slot_bias.append(None if bool(keep.all()) else torch.zeros(
+                b, b, dtype=spec.dtype if spec.dtype == torch.float64 else torch.float32,
+                device=spec.device).masked_fill_(~keep, float("-inf")))
+
+    def exact_keep(self, s0: int, c: int) -> torch.Tensor:
+        """``(C, G, b, b)`` keep-mask from positions, for runs at the sequence ends."""
+        b, dev = self.b, self.spec.device
+        qb = torch.arange(s0, s0 + c, device=dev).view(c, 1, 1, 1)
+        g = torch.arange(self.g, device=dev).view(1, self.g, 1, 1)
+        i = torch.arange(b, device=dev).view(1, 1, b, 1)
+        j = torch.arange(b, device=dev).view(1, 1, 1, b)
+        row = qb * b + i
+        key = (qb + self.lo + g) * b + j
+        d = key - row - self.spec.offset
+        return (d >= -self.left) & (d <= self.right) & (key >= 0) & (key < self.spec.n_k) & (
+            row < self.spec.n_q)
+
+    def is_edge(self, s0: int, c: int) -> bool:
+        return (s0 + self.lo < 0 or s0 + c - 1 + self.lo + self.g > self.nkb
+                or (s0 + c) * self.b > self.spec.n_q)
+
+    def runs(self):
+        for s0 in range(0, self.nqb, RUN):
+            yield s0, min(RUN, self.nqb - s0)
+
+    # Blocks first, (nb, BH, b, D): a run of blocks is then one contiguous slice, and every
+    # matmul below is a plain batched matmul without hidden copies.
+    def _blocked(self, x: torch.Tensor, lead: int, total: int, scale: float = 1.0) -> torch.Tensor:
+        """``(BH, N, D)`` -> ``(total, BH, b, D)`` with row r of ``scale * x`` at block
+        ``lead + r // b`` and zeros elsewhere, in one pass."""
+        n_bh, n, d = x.shape
+        b = self.b
+        out = x.new_empty(total, n_bh, b, d)
+        full = n // b
+        out[:lead].zero_()
+        torch.mul(x[:, : full * b].view(n_bh, full, b, d).transpose(0, 1), scale,
+                  out=out[lead:lead + full])
+        rest = n - full * b
+        if rest:
+            torch.mul(x[:, full * b:], scale, out=out[lead + full, :, :rest])
+            out[lead + full, :, rest:].zero_()
+        out[lead + full + (1 if rest else 0):].zero_()
+        return out
+
+    def blocks_q(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        """``(BH, N_q, D)`` -> ``(nqb, BH, b, D)`` zero padded (and scaled)."""
+        return self._blocked(x, 0, self.nqb, scale)
+
+    def blocks_k(self, x: torch.Tensor) -> torch.Tensor:
+        """``(BH, N_k, D)`` -> ``(pad_l + nkb + pad_r, BH, b, D)``: key block kb sits at
+        index ``kb + pad_l``."""
+        return self._blocked(x, self.pad_l, self.pad_l + self.nkb + self.pad_r)
+
+    @staticmethod
+    def unblock(x: torch.Tensor, n: int) -> torch.Tensor:
+        """``(nb, BH, b, *rest)`` -> ``(BH, n, *rest)``."""
+        x = x.transpose(0, 1)
+        return x.reshape(x.shape[0], -1, *x.shape[3:])[:, :n]
+
+    def key_slice(self, s0: int, c: int, g: int) -> slice:
+        start = s0 + self.lo + g + self.pad_l
+        return slice(start, start + c)
+
+    def scores(self, qb, kb, s0, c, buf):
+        """Masked scores of a run, ``(G, C, BH, b, b)`` written into ``buf``."""
+        q = qb[s0:s0 + c].flatten(0, 1)                             # (C * BH, b, D)
+        edge = self.is_edge(s0, c)
+        for g in range(self.g):
+            k = kb[self.key_slice(s0, c, g)].flatten(0, 1).transpose(-1, -2)   # (C * BH, D, b)
+            out = buf[g].view(-1, self.b, self.b)
+            bias = self.slot_bias[g]
+            if bias is None or edge:
+                torch.bmm(q, k, out=out)
+            else:
+                torch.baddbmm(bias.to(q.dtype), q, k, out=out)
+        if edge:
+            keep = self.exact_keep(s0, c).transpose(0, 1)[:, :, None]  # (G, C, 1, b, b)
+            buf.masked_fill_(~keep, float("-inf"))
+        return buf
+
+    def dropout_scale(self, n_bh: int, s0: int, c: int, dtype) -> torch.Tensor:
+        """keep / (1 - p) for a run, ``(G, C, BH, b, b)``."""
+        spec, b, dev = self.spec, self.b, self.spec.device
+        g = torch.arange(self.g, device=dev).view(self.g, 1, 1, 1, 1)
+        qb = torch.arange(s0, s0 + c, device=dev).view(1, c, 1, 1, 1)
+        bh = torch.arange(n_bh, device=dev).view(1, 1, n_bh, 1, 1)
+        rows = qb * b + torch.arange(b, device=dev).view(1, 1, 1, b, 1)
+        cols = ((qb + self.lo + g) * b + torch.arange(b, device=dev).view(1, 1, 1, 1, b)).clamp_min(0)
+        keep = keep_mask(spec.dropout_seed, spec.dropout_p, bh, rows, cols, spec.n_q, spec.n_k)
+        return keep.to(dtype) / (1.0 - spec.dropout_p)
+
+
+def applies(spec: AttentionSpec) -> bool:
+    """A pure band, finite on both sides, and nothing else to mask."""
+    return (spec.band is not None and None not in spec.band and spec.mask is None
+            and spec.mask_fn is None)
+
+
+class BandAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, spec: AttentionSpec, block: int):
+        # q (BH, N_q, D_k), k (BH, N_k, D_k), v (BH, N_k, D_v)
+        band = Band(spec, block)
+        n_bh, b, G = q.shape[0], band.b, band.g
+        qb = band.blocks_q(q, spec.score_scale)                         # (nqb, BH, b, D_k)
+        kb, vb = band.blocks_k(k), band.blocks_k(v)                     # (nkb', BH, b, D)
+        # Outputs in their final layout; each run writes its (C, BH, b, .) slice strided.
+        out = torch.empty(n_bh, band.nqb, b, spec.d_v, dtype=q.dtype, device=q.device)
+        lse = torch.empty(n_bh, band.nqb, b, dtype=q.dtype, device=q.device)
+        out_t, lse_t = out.transpose(0, 1), lse.transpose(0, 1)        # (nqb, BH, b, .) views
+        bufs = {}
+        for s0, c in band.runs():
+            if c not in bufs:
+                bufs[c] = torch.empty(G, c, n_bh, b, b, dtype=q.dtype, device=q.device)
+            s = band.scores(qb, kb, s0, c, bufs[c])                     # (G, C, BH, b, b)
+            m = finite_or_zero(s.amax(dim=(0, 4), keepdim=True))        # (1, C, BH, b, 1)
+            p = s.sub_(m).exp_()
+            l = p.sum(dim=(0, 4))                                       # (C, BH, b)
+            if spec.dropout_p > 0:
+                p.mul_(band.dropout_scale(n_bh, s0, c, p.dtype))
+            o = p[0] @ vb[band.key_slice(s0, c, 0)]                     # (C, BH, b, D_v)
+            o3 = o.view(-1, b, spec.d_v)
+            for g in range(1, G):                                       # o += P_g V_g, fused
+                o3.baddbmm_(p[g].flatten(0, 1), vb[band.key_slice(s0, c, g)].flatten(0, 1))
+            empty = l == 0
+            l_safe = torch.where(empty, torch.ones_like(l), l)
+            torch.div(o, l_safe.unsqueeze(-1), out=out_t[s0:s0 + c])
+            lse_t[s0:s0 + c] = torch.where(empty, float("-inf"), m[0, ..., 0] + torch.log(l_safe))
+        out = out.view(n_bh, -1, spec.d_v)[:, : spec.n_q]
+        lse = lse.view(n_bh, -1)[:, : spec.n_q]
+        ctx.spec, ctx.block = spec, block
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        spec = ctx.spec
+        band = Band(spec, ctx.block)
+        n_bh, b, G, c_ = q.shape[0], band.b, band.g, spec.score_scale
+        delta = (d_out * out).sum(-1)                                   # (BH, N_q)
+        if d_lse is not None:
+            delta = delta - d_lse
+        lse_b = torch.where(torch.isneginf(lse), float("inf"), lse)     # P = 0 on empty rows
+        qb = band.blocks_q(q, c_)                                       # (nqb, BH, b, D_k)
+        kb, vb = band.blocks_k(k), band.blocks_k(v)
+        dob = band.blocks_q(d_out.contiguous())                         # (nqb, BH, b, D_v)
+        lseb = band.blocks_q(lse_b.unsqueeze(-1))                       # (nqb, BH, b, 1)
+        deltab = band.blocks_q(delta.unsqueeze(-1))                     # (nqb, BH, b, 1)
+        dqb, dkb, dvb = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
+        bufs = {}
+        for s0, c in band.runs():
+            if c not in bufs:
+                bufs[c] = torch.empty(G, c, n_bh, b, b, dtype=q.dtype, device=q.device)
+            s = band.scores(qb, kb, s0, c, bufs[c])
+            p = s.sub_(lseb[s0:s0 + c][None]).exp_()                    # (G, C, BH, b, b)
+            z = band.dropout_scale(n_bh, s0, c, p.dtype) if spec.dropout_p > 0 else None
+            do, q_run, dlt = dob[s0:s0 + c], qb[s0:s0 + c], deltab[s0:s0 + c]
+            for g in range(G):
+                ks = band.key_slice(s0, c, g)
+                p_g = p[g]                                              # (C, BH, b, b)
+                dp = do @ vb[ks].transpose(-1, -2)
+                if z is not None:
+                    dvb[ks] += (p_g * z[g]).transpose(-1, -2) @ do
+                    dp.mul_(z[g])
+                else:
+                    dvb[ks] += p_g.transpose(-1, -2) @ do
+                ds = dp.sub_(dlt).mul_(p_g)
+                dqb[s0:s0 + c] += ds @ kb[ks]
+                dkb[ks] += ds.transpose(-1, -2) @ q_run
+        dq = band.unblock(dqb * c_, spec.n_q)
+        dk = band.unblock(dkb[band.pad_l:], spec.n_k)
+        dv = band.unblock(dvb[band.pad_l:], spec.n_k)
+        return dq, dk, dv, None, None
