@@ -22,14 +22,16 @@ def test_auto_choices():
     assert which_backend(*tiny, return_lse=True) == "reference"   # fixed costs dominate
 
 
-def test_auto_prefers_tiled_for_a_narrow_band_on_long_sequences():
+def test_auto_prefers_a_sparse_backend_for_a_narrow_band_on_long_sequences():
     q, k, v = _qkv(16384, d=8)
-    assert which_backend(q, k, v, window=(256, 256)) == "tiled"
-    assert which_backend(q, k, v, mask=masks.causal()) == "sdpa"   # unknown structure: dense
+    assert which_backend(q, k, v, window=(256, 256)) == "blocksparse"
+    assert which_backend(q, k, v, window=(256, 256), return_lse=True) == "blocksparse"
+    q, k, v = _qkv(256, d=8)
+    assert which_backend(q, k, v, window=(256, 256)) == "sdpa"       # the band covers it all
 
 
 def test_list_backends_declares_capabilities():
     b = list_backends()
-    assert list(b)[:3] == ["reference", "sdpa", "tiled"]
+    assert list(b)[:4] == ["reference", "sdpa", "tiled", "blocksparse"]
     assert b["reference"].capabilities.weights and b["tiled"].capabilities.lse
     assert all(x.capabilities.exact for x in b.values())

@@ -1,3 +1,7 @@
-"""Backends, one file each; importing this package registers them in order of exactness."""
+"""Backends, one file each; importing this package registers them. The import order is the
+registration order that list_backends() shows: the reference first."""
 
-from attnlab.core.backends import blocksparse, reference, sdpa, tiled  # noqa: F401  (registration side effect)
+from attnlab.core.backends import reference  # noqa: F401, I001  (registration side effects)
+from attnlab.core.backends import sdpa  # noqa: F401
+from attnlab.core.backends import tiled  # noqa: F401
+from attnlab.core.backends import blocksparse  # noqa: F401

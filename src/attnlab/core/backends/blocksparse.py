@@ -219,7 +219,10 @@ def _cost(spec: AttentionSpec) -> float:
         # A dense mask already costs O(N_q * N_k) to build and to scan for a layout: the dense
         # backends serve it; blocksparse runs on it only when named.
         return float("inf")
-    if spec.mask_fn is None:
+    if _band.applies(spec):
+        geometry = _band.Band(spec, _band.BLOCK)
+        density = min(1.0, geometry.g / max(geometry.nkb, 1))
+    elif spec.mask_fn is None:
         density = _band_density(spec)
     elif isinstance(spec.mask_fn, BlockLayout):
         density = spec.mask_fn.density
