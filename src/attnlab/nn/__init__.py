@@ -8,6 +8,7 @@ Face's ``attention_mask`` (1 = real token).
 
 from attnlab.nn.additive import AdditiveAttention, CosineAttention, GeneralAttention
 from attnlab.nn.bert import BertConfig, BertModel, BertOutput, load_default, mean_pool
+from attnlab.nn.efficient import LinformerProjection, PerformerAttention
 from attnlab.nn.multihead import MultiheadAttention
 from attnlab.nn.position import (
     LearnedPositionalEncoding,
@@ -32,7 +33,9 @@ __all__ = [
     "FeedForward",
     "GeneralAttention",
     "LearnedPositionalEncoding",
+    "LinformerProjection",
     "MultiheadAttention",
+    "PerformerAttention",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "alibi_bias",
