@@ -106,6 +106,62 @@ def backends():
     console.print("backend='auto' picks the fastest exact backend that can serve a request.")
 
 
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="N = 1024 and 2048 only (about 3 minutes)."),
+    n: Optional[list[int]] = typer.Option(None, "--n", help="Sequence length (repeatable)."),
+    out: Path = typer.Option(Path("out/bench"), help="Folder for results.json and the plots."),
+):
+    """Time, memory and error of every backend and approximation against SDPA and FlexAttention."""
+    from attnlab import bench as B
+
+    sizes = n or (B.QUICK_SIZES if quick else B.SIZES)
+    if any(s < 64 or s > 65536 for s in sizes):
+        raise UsageError(f"--n must be between 64 and 65536, got {sizes}")
+    result = B.run(sorted(set(sizes)), out, console)
+    cells = result["cells"]
+    get = {(c["group"], c["method"], c["n"], c["mode"]): c for c in cells}
+    for group, methods in B.GROUPS.items():
+        table = Table(title=f"{group}: time s / extra peak MiB (B=1, H=8, D=64, fp32)",
+                      title_justify="left")
+        table.add_column("pass")
+        table.add_column("N", justify="right")
+        for m in methods:
+            table.add_column(m, justify="right")
+        for mode in ("fwd", "fwd+bwd"):
+            for size in result["sizes"]:
+                row = []
+                for m in methods:
+                    c = get.get((group, m, size, mode))
+                    row.append("-" if c is None else "error" if "error" in c
+                               else f"{c['time_s']:.3f} / {c['peak_mib']:.0f}")
+                table.add_row(mode, str(size), *row)
+        console.print(table)
+    top = max(result["sizes"])
+    lines = []
+    for mode in ("fwd", "fwd+bwd"):
+        r = B.ratio(cells, "window", top, mode, "sdpa+dense", "blocksparse")
+        if r:
+            lines.append(f"{mode} at N={top}: SDPA + dense mask takes {r:.1f}x blocksparse's time")
+    r = B.ratio(cells, "window", top, "fwd", "flex", "blocksparse")
+    if r:
+        lines.append(f"fwd at N={top}: compiled FlexAttention takes {r:.2f}x blocksparse's time")
+    r = B.ratio(cells, "causal", top, "fwd", "auto", "sdpa-causal")
+    if r:
+        lines.append(f"auto causal fwd at N={top}: {r:.2f}x SDPA's causal time")
+    flex = [c for c in cells if c["method"] == "flex" and "setup_s" in c]
+    if flex:
+        lines.append("FlexAttention compile + block mask: " + ", ".join(
+            f"N={c['n']} {c['setup_s']:.0f} s" for c in flex if c["mode"] == "fwd"))
+    for c in cells:
+        if "error" in c:
+            lines.append(f"{c['group']} {c['method']} N={c['n']} {c['mode']} failed: {c['error']}")
+    for line in lines:
+        console.print(line)
+    console.print(f"results and plots written to {out}/: results.json, "
+                  + ", ".join(Path(p).name for p in result["plots"]))
+
+
 def app_help() -> str:
     """The top-level --help text."""
     import io
