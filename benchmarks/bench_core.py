@@ -19,23 +19,18 @@ import argparse
 import ctypes
 import json
 import os
-import platform
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from attnlab.bench import _status, machine
 
 METHODS = ["naive", "reference", "sdpa", "tiled"]
 # Methods that hold N x N matrices: skip sizes whose scores alone would not fit comfortably.
 DENSE = {"naive", "reference"}
 DENSE_MAX_N = {"fwd": 8192, "fwd+bwd": 4096}
 RESULTS = Path(__file__).parent / "results" / "core.json"
-
-
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        return int(re.search(rf"{key}:\s+(\d+)", f.read()).group(1)) * 1024
 
 
 def child(method: str, n: int, mode: str, repeats: int, b: int, h: int, d: int) -> dict:
@@ -83,18 +78,6 @@ def run_one(method, n, mode, repeats, b, h, d):
     if proc.returncode != 0:
         return {"method": method, "n": n, "mode": mode, "error": proc.stderr.strip()[-300:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def machine() -> dict:
-    import torch
-
-    cpu = "unknown"
-    if os.path.exists("/proc/cpuinfo"):
-        m = re.search(r"model name\s*:\s*(.+)", open("/proc/cpuinfo").read())
-        cpu = m.group(1).strip() if m else cpu
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def ratios(rows: list[dict], mode: str, n: int, num: str, den: str) -> float | None:
