@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnlab.core import attention
+from attnlab.nn import _recording
 
 
 def _check_mask_dtype(name: str, m: torch.Tensor | None) -> None:
@@ -200,10 +201,17 @@ class MultiheadAttention(nn.Module):
         k = k.view(bsz, n_k, h, d).transpose(1, 2)                       # (B, H, N_k, D_h)
         v = v.view(bsz, n_k, h, d).transpose(1, 2)                       # (B, H, N_k, D_h)
         mask = _to_core_mask(attn_mask, key_padding_mask, bsz, h, n_q, n_k, q.dtype)
+        # While attnlab.inspect.record listens, weights are computed and reported even if the
+        # caller did not ask for them (the reference backend then serves the call).
+        recording = _recording.listening()
+        want = need_weights or recording
         res = attention(q, k, v, mask=mask, causal=is_causal,
-                        dropout_p=self.dropout if self.training else 0.0, backend=self.backend,
-                        return_weights=need_weights)
-        out = res.out if need_weights else res                            # (B, H, N_q, D_h)
+                        dropout_p=self.dropout if self.training else 0.0,
+                        backend="auto" if recording else self.backend,
+                        return_weights=want)
+        if recording:
+            _recording.report(self, res.weights)
+        out = res.out if want else res                                    # (B, H, N_q, D_h)
         out = out.transpose(1, 2).reshape(bsz, n_q, self.embed_dim)      # (B, N_q, E)
         out = self.out_proj(out)
         if not batch_first:

@@ -1,0 +1,31 @@
+"""Where attnlab modules report attention maps while :func:`attnlab.inspect.record` is active.
+
+A context variable, not a patch: modules check it and, when a recorder listens, ask the core for
+weights (the typed ``AttentionOutput``) and hand them over.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+import torch
+
+_RECORDERS: ContextVar[tuple] = ContextVar("attnlab_recorders", default=())
+
+
+def listening() -> bool:
+    return bool(_RECORDERS.get())
+
+
+def report(module: torch.nn.Module, weights: torch.Tensor) -> None:
+    """``weights (B, H, N_q, N_k)`` from ``module`` to every active recorder."""
+    for rec in _RECORDERS.get():
+        rec.add(module, weights)
+
+
+def push(recorder) -> object:
+    return _RECORDERS.set(_RECORDERS.get() + (recorder,))
+
+
+def pop(token) -> None:
+    _RECORDERS.reset(token)
