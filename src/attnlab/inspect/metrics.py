@@ -1,0 +1,164 @@
+"""Per-head attention metrics, with the published definitions.
+
+All functions take the maps of one sequence, ``maps (L, H, n, n)`` (rows: queries, columns:
+keys; each row sums to 1), and return ``(L, H)`` tensors unless stated.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+
+import torch
+
+SPECIAL_TOKENS = {"[CLS]", "[SEP]", "<s>", "</s>", "<cls>", "<sep>", "[PAD]"}
+FIRST = "first"
+
+
+def is_punctuation(token: str) -> bool:
+    t = token.removeprefix("##").removeprefix("▁").removeprefix("Ġ")
+    return bool(t) and all(ch in string.punctuation for ch in t)
+
+
+def entropy(maps: torch.Tensor, eps: float = 1e-8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean entropy of the attention rows (nats) and its ratio to ln n, ``(L, H)`` each.
+
+    Smoothed: each row is mixed with a uniform floor, ``(a + eps) / (1 + n eps)``, so that 0·log 0
+    needs no special case (Clark et al. 2019, section 3 report the same per-head average
+    entropy). The ratio is 1 for uniform attention and 0 for attention on a single key.
+    """
+    n = maps.shape[-1]
+    p = (maps + eps) / (1 + n * eps)
+    h = -(p * p.log()).sum(-1).mean(-1)                              # (L, H)
+    return h, h / math.log(n) if n > 1 else torch.zeros_like(h)
+
+
+def confidence(maps: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of the largest weight (Voita et al. 2019, section 4.1: "confident"
+    heads put most of their mass on one token)."""
+    return maps.amax(-1).mean(-1)
+
+
+def offset_mass(maps: torch.Tensor, offset: int) -> torch.Tensor:
+    """Mean weight on the key at ``query + offset``: -1 previous, +1 next, 0 self
+    (Clark et al. 2019, section 4)."""
+    diag = torch.diagonal(maps, offset=offset, dim1=-2, dim2=-1)     # (L, H, n - |offset|)
+    return diag.mean(-1) if diag.shape[-1] else torch.zeros(maps.shape[:2], dtype=maps.dtype)
+
+
+def offset_argmax(maps: torch.Tensor, offset: int) -> torch.Tensor:
+    """Fraction of queries whose largest weight is on ``query + offset`` (Voita et al. 2019
+    call a head positional when this is at least 90%)."""
+    n = maps.shape[-1]
+    idx = torch.arange(n)
+    target = idx + offset
+    valid = (target >= 0) & (target < n)
+    if not valid.any():
+        return torch.zeros(maps.shape[:2], dtype=maps.dtype)
+    hit = maps.argmax(-1) == target.clamp(0, n - 1)                  # (L, H, n)
+    return hit[..., valid].to(maps.dtype).mean(-1)
+
+
+def token_mass(maps: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of the total weight on the keys where ``keys`` (bool, n) is True."""
+    return (maps * keys.to(maps.dtype)).sum(-1).mean(-1)
+
+
+@dataclass
+class HeadMetrics:
+    """Every metric, ``(L, H)`` tensors, for one sequence or averaged over a corpus."""
+
+    entropy: torch.Tensor
+    entropy_ratio: torch.Tensor
+    confidence: torch.Tensor
+    prev: torch.Tensor
+    next: torch.Tensor
+    self: torch.Tensor
+    prev_argmax: torch.Tensor
+    next_argmax: torch.Tensor
+    self_argmax: torch.Tensor
+    cls: torch.Tensor
+    sep: torch.Tensor
+    punct: torch.Tensor
+    first: torch.Tensor
+    within_segment: torch.Tensor | None = None
+
+    NAMES = ("entropy_ratio", "confidence", "prev", "next", "self", "cls", "sep", "punct", "first")
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        out = {k: v for k, v in self.__dict__.items() if v is not None}
+        return out
+
+    @classmethod
+    def mean(cls, items: list["HeadMetrics"]) -> "HeadMetrics":
+        fields = items[0].__dict__.keys()
+        merged = {}
+        for f in fields:
+            vals = [getattr(m, f) for m in items if getattr(m, f) is not None]
+            merged[f] = torch.stack(vals).mean(0) if vals else None
+        return cls(**merged)
+
+
+def head_metrics(maps: torch.Tensor, tokens: list[str],
+                 segments: torch.Tensor | None = None) -> HeadMetrics:
+    """All metrics of one sequence. ``segments (n,)`` marks sentence A / B of a pair."""
+    maps = maps.double()
+    n = maps.shape[-1]
+    if len(tokens) != n:
+        raise ValueError(f"tokens has {len(tokens)} entries but the maps are {n} x {n}")
+    ent, ratio = entropy(maps)
+    is_cls = torch.tensor([t in ("[CLS]", "<s>", "<cls>") for t in tokens])
+    is_sep = torch.tensor([t in ("[SEP]", "</s>", "<sep>") for t in tokens])
+    is_punct = torch.tensor([is_punctuation(t) for t in tokens])
+    first = torch.zeros(n, dtype=torch.bool)
+    first[0] = True
+    within = None
+    if segments is not None and segments.unique().numel() > 1:
+        same = segments[:, None] == segments[None, :]                  # (n, n)
+        within = (maps * same.to(maps.dtype)).sum(-1).mean(-1)
+    return HeadMetrics(
+        entropy=ent, entropy_ratio=ratio, confidence=confidence(maps),
+        prev=offset_mass(maps, -1), next=offset_mass(maps, 1), self=offset_mass(maps, 0),
+        prev_argmax=offset_argmax(maps, -1), next_argmax=offset_argmax(maps, 1),
+        self_argmax=offset_argmax(maps, 0),
+        cls=token_mass(maps, is_cls), sep=token_mass(maps, is_sep),
+        punct=token_mass(maps, is_punct), first=token_mass(maps, first), within_segment=within)
+
+
+def js_distances(maps: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon distance between every pair of heads, ``(L*H, L*H)``.
+
+    For heads g and h, the JS divergence (base 2, in [0, 1]) between their attention rows,
+    averaged over the queries, then its square root (a metric). Clark et al. (2019, section 6)
+    compare heads the same way to show that heads in the same layer behave alike.
+    """
+    p = maps.double().flatten(0, 1)                                   # (LH, n, n)
+    eps = 1e-12
+    logp = (p + eps).log2()
+    out = torch.zeros(p.shape[0], p.shape[0], dtype=torch.float64)
+    for g in range(p.shape[0]):
+        m = 0.5 * (p[g][None] + p)                                    # (LH, n, n)
+        logm = (m + eps).log2()
+        kl_g = (p[g][None] * (logp[g][None] - logm)).sum(-1)          # (LH, n)
+        kl_h = (p * (logp - logm)).sum(-1)
+        out[g] = (0.5 * (kl_g + kl_h)).mean(-1)
+    return (0.5 * (out + out.T)).clamp_min(0).sqrt()
+
+
+def layer_distance_summary(dist: torch.Tensor, heads: int) -> dict[str, float]:
+    """Mean JS distance between heads of the same layer and of different layers."""
+    n = dist.shape[0]
+    layer = torch.arange(n) // heads
+    same = (layer[:, None] == layer[None, :]) & ~torch.eye(n, dtype=torch.bool)
+    cross = layer[:, None] != layer[None, :]
+    return {"same_layer": float(dist[same].mean()), "cross_layer": float(dist[cross].mean())}
+
+
+def embed_2d(dist: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Metric MDS of the head distances into the plane, ``(L*H, 2)`` (scikit-learn)."""
+    from sklearn.manifold import MDS
+
+    mds = MDS(n_components=2, metric="precomputed", metric_mds=True, init="random",
+              random_state=seed, n_init=4)
+    return torch.as_tensor(mds.fit_transform(dist.numpy()))

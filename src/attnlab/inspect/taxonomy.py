@@ -1,0 +1,91 @@
+"""Head taxonomy: a label per head from its metrics, and flags for degenerate heads.
+
+Thresholds, with their source:
+
+* positional (previous / next / self token): more than 50% of the attention on that token
+  on average (Clark et al. 2019, section 4.1 and figure 2, use 50% of attention to the previous
+  or next token), or that token is the argmax for at least 90% of the queries (Voita et al. 2019,
+  section 4.2: "attends to a specific relative position at least 90% of the time").
+* sink (first token / [CLS]) and special-token ([SEP], punctuation): more than 50% of the
+  attention on them (Clark et al. 2019, section 3: over half of the attention of layers 6-10 of
+  BERT-base goes to [SEP]). These are the "vertical" pattern of Kovaleva et al. (2019).
+* block: at least 90% of the attention within the query's own sentence of a pair (Kovaleva et
+  al. 2019 describe the pattern; the 90% threshold is attnlab's).
+* broad: entropy of at least 80% of the uniform entropy (Clark et al. 2019 describe broad heads;
+  the threshold is attnlab's), near-uniform (flagged as degenerate) at 95%.
+* near-duplicate heads (flagged): Jensen-Shannon distance below 0.1 (attnlab's threshold).
+* heterogeneous: none of the above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.inspect.metrics import HeadMetrics
+
+MASS = 0.5            # Clark et al. 2019
+ARGMAX = 0.9          # Voita et al. 2019
+BLOCK = 0.9
+BROAD = 0.8
+NEAR_UNIFORM = 0.95
+DUPLICATE = 0.1
+
+LABELS = ("previous token", "next token", "self", "sink", "special token", "block", "broad",
+          "heterogeneous")
+
+
+@dataclass
+class Taxonomy:
+    labels: list[list[str]]                       # [layer][head]
+    near_uniform: list[tuple[int, int]]
+    duplicates: list[tuple[tuple[int, int], tuple[int, int], float]]
+
+    def counts(self) -> dict[str, int]:
+        out = {label: 0 for label in LABELS}
+        for row in self.labels:
+            for label in row:
+                out[label] += 1
+        return out
+
+
+def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None) -> Taxonomy:
+    """Label every head of ``m`` (``(L, H)`` metrics); ``dist`` is the JS distance matrix."""
+    n_layers, n_heads = m.entropy.shape
+    labels = []
+    for layer in range(n_layers):
+        row = []
+        for head in range(n_heads):
+            g = (layer, head)
+
+            def v(t):
+                return float(t[g])
+
+            if v(m.prev) > MASS or v(m.prev_argmax) >= ARGMAX:
+                label = "previous token"
+            elif v(m.next) > MASS or v(m.next_argmax) >= ARGMAX:
+                label = "next token"
+            elif v(m.self) > MASS or v(m.self_argmax) >= ARGMAX:
+                label = "self"
+            elif v(m.first) > MASS or v(m.cls) > MASS:
+                label = "sink"
+            elif v(m.sep) + v(m.punct) > MASS:
+                label = "special token"
+            elif m.within_segment is not None and v(m.within_segment) >= BLOCK:
+                label = "block"
+            elif v(m.entropy_ratio) >= BROAD:
+                label = "broad"
+            else:
+                label = "heterogeneous"
+            row.append(label)
+        labels.append(row)
+    uniform = [(i, j) for i in range(n_layers) for j in range(n_heads)
+               if float(m.entropy_ratio[i, j]) >= NEAR_UNIFORM]
+    dups = []
+    if dist is not None:
+        idx = torch.triu_indices(dist.shape[0], dist.shape[0], offset=1)
+        for a, b in idx.T.tolist():
+            if float(dist[a, b]) < DUPLICATE:
+                dups.append((divmod(a, n_heads), divmod(b, n_heads), float(dist[a, b])))
+    return Taxonomy(labels, uniform, dups)

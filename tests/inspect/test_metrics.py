@@ -1,0 +1,111 @@
+"""Metrics and taxonomy on synthetic maps with known answers; attribution on hand-made cases."""
+
+import math
+
+import pytest
+import torch
+
+from attnlab.inspect.attribution import flow, gradient_weighted, rollout
+from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
+from attnlab.inspect.taxonomy import label_heads
+
+N = 7
+TOKENS = ["[CLS]", "the", "cat", "sat", ",", "down", "[SEP]"]
+
+
+def _maps(*heads):
+    return torch.stack([torch.stack(list(heads))])                  # (1, H, n, n)
+
+
+def identity():
+    return torch.eye(N, dtype=torch.float64)
+
+
+def previous():
+    a = torch.zeros(N, N, dtype=torch.float64)
+    a[0, 0] = 1.0
+    for i in range(1, N):
+        a[i, i - 1] = 1.0
+    return a
+
+
+def uniform():
+    return torch.full((N, N), 1.0 / N, dtype=torch.float64)
+
+
+def to_sep():
+    a = torch.zeros(N, N, dtype=torch.float64)
+    a[:, N - 1] = 1.0
+    return a
+
+
+def test_known_answers():
+    m = head_metrics(_maps(identity(), previous(), uniform(), to_sep()), TOKENS)
+    assert m.self[0, 0] == 1 and m.prev[0, 0] == 0 and m.confidence[0, 0] == 1
+    assert m.entropy_ratio[0, 0] < 1e-5
+    assert m.prev[0, 1] == 1 and m.prev_argmax[0, 1] == 1
+    assert m.entropy_ratio[0, 2] == pytest.approx(1.0, abs=1e-6)
+    assert m.entropy[0, 2] == pytest.approx(math.log(N), abs=1e-6)
+    assert m.confidence[0, 2] == pytest.approx(1 / N)
+    assert m.sep[0, 3] == 1 and m.cls[0, 3] == 0
+    assert m.punct[0, 2] == pytest.approx(1 / N)                   # one "," among seven keys
+    assert m.first[0, 2] == pytest.approx(1 / N)
+
+
+def test_taxonomy_labels_and_flags():
+    m = head_metrics(_maps(identity(), previous(), uniform(), to_sep(), to_sep()), TOKENS)
+    maps = _maps(identity(), previous(), uniform(), to_sep(), to_sep())
+    dist = js_distances(maps)
+    tax = label_heads(m, dist)
+    assert tax.labels[0] == ["self", "previous token", "broad", "special token", "special token"]
+    assert (0, 2) in tax.near_uniform
+    assert ((0, 3), (0, 4), 0.0) in [(a, b, round(d, 6)) for a, b, d in tax.duplicates]
+
+
+def test_block_label_for_sentence_pairs():
+    seg = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    a = (seg[:, None] == seg[None, :]).double()
+    a = a / a.sum(-1, keepdim=True)
+    m = head_metrics(_maps(a), TOKENS, segments=seg)
+    assert m.within_segment[0, 0] == pytest.approx(1.0)
+    assert label_heads(m).labels[0][0] == "block"
+
+
+def test_js_distance_properties_and_layer_summary():
+    maps = torch.stack([torch.stack([identity(), identity()]), torch.stack([uniform(), to_sep()])])
+    d = js_distances(maps)                                          # (4, 4)
+    assert torch.allclose(d, d.T) and (d.diagonal() < 1e-6).all()
+    assert d[0, 1] < 1e-6 and 0 < d[0, 2] <= 1
+    summary = layer_distance_summary(d, heads=2)
+    assert summary["same_layer"] < summary["cross_layer"]
+    xy = embed_2d(d)
+    assert xy.shape == (4, 2)
+
+
+def test_rollout_hand_computed_two_layers():
+    a1 = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)   # both attend to token 0
+    a2 = torch.tensor([[0.0, 1.0], [0.0, 1.0]], dtype=torch.float64)   # both attend to token 1
+    maps = torch.stack([a1[None], a2[None]])                          # (2 layers, 1 head, 2, 2)
+    # Â1 = 0.5 A1 + 0.5 I = [[1, 0], [0.5, 0.5]];  Â2 = [[0.5, 0.5], [0, 1]]
+    expected = torch.tensor([[0.5, 0.5], [0, 1.0]], dtype=torch.float64) @ torch.tensor(
+        [[1.0, 0.0], [0.5, 0.5]], dtype=torch.float64)
+    assert torch.allclose(rollout(maps), expected)
+    assert torch.allclose(rollout(maps).sum(-1), torch.ones(2, dtype=torch.float64))
+
+
+def test_flow_on_a_chain_and_its_guard():
+    maps = torch.stack([torch.eye(3, dtype=torch.float64)[None]] * 2)   # attention to self only
+    f = flow(maps)
+    assert torch.allclose(f, torch.eye(3, dtype=torch.float64))         # nothing mixes
+    with pytest.raises(ValueError, match="use rollout, or a shorter text"):
+        flow(torch.stack([torch.eye(40, dtype=torch.float64)[None]]))
+
+
+def test_gradient_weighted_known_answer():
+    # One layer, one head: relevance adds (grad * A)+ to the identity.
+    a = torch.tensor([[0.25, 0.75], [0.5, 0.5]], dtype=torch.float64)
+    g = torch.tensor([[2.0, -1.0], [0.0, 4.0]], dtype=torch.float64)
+    r = gradient_weighted([a[None]], [g[None]])
+    expected = torch.eye(2, dtype=torch.float64) + torch.tensor([[0.5, 0.0], [0.0, 2.0]],
+                                                                dtype=torch.float64)
+    assert torch.allclose(r, expected)
