@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/attnlab explain --causal --out out/explain
+	$(BIN)/attnlab inspect --out out/inspect
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q

@@ -106,6 +106,56 @@ def backends():
     console.print("backend='auto' picks the fastest exact backend that can serve a request.")
 
 
+@app.command("inspect")
+def inspect_cmd(
+    text: Optional[str] = typer.Argument(None, help="Text to inspect (default: a short sentence)."),
+    file: Optional[Path] = typer.Option(None, "--file", help="Corpus: one text per line "
+                                        "(a tab separates the two sentences of a pair)."),
+    model: str = typer.Option("default", help="'default' (embedded all-MiniLM-L6-v2) or a local "
+                              "BERT folder."),
+    out: Path = typer.Option(Path("out/inspect"), help="Folder for the report and figures."),
+    pair: Optional[str] = typer.Option(None, help="Second sentence of a pair (for TEXT)."),
+):
+    """Capture, measure and label every attention head; write an offline HTML report."""
+    from rich.progress import Progress
+
+    from attnlab.inspect.figures import write_figures
+    from attnlab.inspect.report import write_report
+    from attnlab.inspect.run import DEFAULT_TEXT, inspect_texts
+
+    if file is not None:
+        if text is not None or pair is not None:
+            raise UsageError("give either TEXT (with --pair) or --file, not both")
+        try:
+            lines = [ln for ln in file.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--file {file}: cannot read it ({exc}); pass a UTF-8 text file") from None
+        if not lines:
+            raise UsageError(f"--file {file} has no non-empty line; put one text per line")
+        texts = [tuple(ln.split("\t", 1)) if "\t" in ln else (ln, None) for ln in lines]
+    else:
+        texts = [(text or DEFAULT_TEXT, pair)]
+    try:
+        with Progress(console=console, transient=True, disable=len(texts) < 2) as progress:
+            task = progress.add_task("inspecting texts", total=len(texts))
+            ins = inspect_texts(texts, model=model,
+                                progress=lambda i: progress.update(task, completed=i))
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    figs = write_figures(ins, out)
+    settings = {"model": ins.model, "texts": len(texts), "first text": texts[0][0],
+                "pair": texts[0][1] or "-", "tokens (first text)": len(ins.tokens),
+                "layers x heads": f"{ins.layers} x {ins.heads}"}
+    report = write_report(ins, figs, out / "report.html", settings)
+    counts = ", ".join(f"{k}: {v}" for k, v in ins.taxonomy.counts().items() if v)
+    console.print(f"{ins.layers} layers x {ins.heads} heads on {len(texts)} text(s); {counts}")
+    console.print(f"JS distance between heads: same layer {ins.layer_summary['same_layer']:.3f}, "
+                  f"across layers {ins.layer_summary['cross_layer']:.3f}")
+    for note in ins.notes:
+        console.print(note)
+    console.print(f"report: {report}  (figures in {out}/, PNG and SVG)")
+
+
 @app.command()
 def bench(
     quick: bool = typer.Option(False, "--quick", help="N = 1024 and 2048 only (about 3 minutes)."),
