@@ -1,0 +1,134 @@
+"""The corpus study of docs/inspect.md: all-MiniLM-L6-v2 over sentence pairs from bundled text.
+
+    python benchmarks/inspect_corpus.py [--pairs 240] [--out docs/img]
+
+Text that ships with the installed packages, so nothing downloads: the dataset descriptions of
+scikit-learn (``sklearn/datasets/descr/*.rst``) and the docstrings of Python's standard library
+modules. Consecutive sentences of 5 to 40 words become (sentence A, sentence B) pairs. Prints
+the numbers quoted in docs/inspect.md and writes its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+from pathlib import Path
+
+import torch
+
+STDLIB = ["json", "csv", "argparse", "logging", "pathlib", "collections", "itertools",
+          "functools", "random", "statistics", "datetime", "decimal", "fractions", "heapq",
+          "bisect", "textwrap", "string", "unittest", "doctest", "pickle", "shutil", "tempfile",
+          "subprocess", "threading", "queue", "socket", "email", "http", "urllib", "sqlite3",
+          "zipfile", "tarfile", "gzip", "hashlib", "hmac", "secrets", "uuid", "typing",
+          "dataclasses", "enum", "contextlib", "abc", "inspect", "ast", "dis", "tokenize", "re",
+          "difflib", "pprint", "calendar", "locale", "gettext", "codecs", "unicodedata", "os",
+          "sys", "io", "types", "operator", "copy", "weakref", "signal", "struct", "array",
+          "platform", "pydoc", "pdb", "timeit", "trace", "pstats", "smtplib", "ftplib",
+          "imaplib", "poplib", "mailbox", "mimetypes", "base64", "binascii", "quopri", "html",
+          "webbrowser", "sched", "selectors", "asyncio", "concurrent.futures", "multiprocessing",
+          "configparser", "netrc", "plistlib", "shelve", "dbm", "zlib", "bz2", "lzma", "fnmatch",
+          "glob", "filecmp", "fileinput", "linecache", "tracemalloc", "warnings", "traceback",
+          "atexit", "code", "codeop", "zipimport", "pkgutil", "modulefinder", "runpy", "symtable",
+          "keyword", "pickletools", "xmlrpc.client", "ipaddress", "wave", "colorsys", "getpass",
+          "curses", "shlex", "cmd", "optparse", "getopt", "nturl2path", "graphlib", "numbers",
+          "cmath", "ssl", "mailcap", "turtle", "tkinter", "idlelib", "ensurepip", "venv", "zoneinfo"]
+
+
+def sentences() -> list[str]:
+    import sklearn
+
+    texts = [p.read_text(encoding="utf-8") for p in
+             sorted((Path(sklearn.__file__).parent / "datasets" / "descr").glob("*.rst"))]
+    for name in STDLIB:
+        try:
+            doc = importlib.import_module(name).__doc__
+        except Exception:                  # a module this Python build lacks (e.g. tkinter)
+            continue
+        if doc:
+            texts.append(doc)
+    out = []
+    for text in texts:
+        text = re.sub(r"[`*|_]{1,2}|:\w+:|\.\. \w+::.*", " ", text)        # reST markup
+        text = re.sub(r"\s+", " ", text)
+        for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", text):
+            words = s.split()
+            if 5 <= len(words) <= 40 and s[-1] in ".!?" and sum(c.isalpha() for c in s) > 0.7 * len(s.replace(" ", "")):
+                out.append(s.strip())
+    return out
+
+
+def pairs(n: int) -> list[tuple[str, str]]:
+    """Disjoint pairs of consecutive sentences (A, B), the first n."""
+    sents = sentences()
+    got = [(sents[i], sents[i + 1]) for i in range(0, len(sents) - 1, 2)]
+    if len(got) < n:
+        raise SystemExit(f"only {len(got)} sentence pairs in the bundled text; ask for fewer")
+    return got[:n]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=240)
+    p.add_argument("--out", type=Path, default=Path("docs/img"))
+    args = p.parse_args()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rich.progress import Progress
+
+    from attnlab.inspect.figures import embedding_figure
+    from attnlab.inspect.run import inspect_texts
+    from attnlab.plotting import save_figure
+
+    corpus = pairs(args.pairs)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("inspecting pairs", total=len(corpus))
+        ins = inspect_texts(corpus, progress=lambda i: progress.update(task, completed=i))
+    m = ins.metrics
+    per_layer = {k: [round(float(v), 3) for v in getattr(m, k).mean(1)]
+                 for k in ("sep", "cls", "punct", "first", "within_segment", "entropy_ratio")}
+    prev = [(l, h, round(float(m.prev[l, h]), 2)) for l in range(ins.layers)
+            for h in range(ins.heads) if float(m.prev[l, h]) > 0.5]
+    nxt = [(l, h, round(float(m.next[l, h]), 2)) for l in range(ins.layers)
+           for h in range(ins.heads) if float(m.next[l, h]) > 0.5]
+    top_prev = sorted(((round(float(m.prev[l, h]), 2), l, h) for l in range(ins.layers)
+                       for h in range(ins.heads)), reverse=True)[:5]
+    top_next = sorted(((round(float(m.next[l, h]), 2), l, h) for l in range(ins.layers)
+                       for h in range(ins.heads)), reverse=True)[:5]
+    result = {"pairs": len(corpus), "mean_tokens": sum(len(a.split()) + len(b.split())
+                                                      for a, b in corpus) / len(corpus),
+              "per_layer": per_layer, "prev_heads_over_50": prev, "next_heads_over_50": nxt,
+              "top_prev": top_prev, "top_next": top_next,
+              "js": {k: round(v, 3) for k, v in ins.layer_summary.items()},
+              "labels": ins.taxonomy.counts(), "duplicates": len(ins.taxonomy.duplicates),
+              "near_uniform": ins.taxonomy.near_uniform}
+    print(json.dumps(result, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    layers = list(range(ins.layers))
+    for key, label in (("sep", "[SEP]"), ("cls", "[CLS]"), ("punct", "punctuation"),
+                       ("within_segment", "own sentence")):
+        ax.plot(layers, per_layer[key], marker="o", label=label)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mean attention mass")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(layers)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"all-MiniLM-L6-v2, {len(corpus)} sentence pairs: where attention goes")
+    fig.tight_layout()
+    save_figure(fig, args.out / "inspect_token_mass.png")
+    plt.close(fig)
+    embedding_figure(ins.xy, ins.taxonomy.labels, args.out)
+    (args.out / "head_embedding.png").replace(args.out / "inspect_head_embedding.png")
+    (args.out / "head_embedding.svg").unlink()
+    (args.out / "inspect_corpus.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
