@@ -95,14 +95,14 @@ def backends():
     for name, b in list_backends().items():
         c = b.capabilities
         returns = " ".join(["out"] + ["weights"] * c.weights + ["lse"] * c.lse)
-        dtypes = " ".join(sorted(str(t).replace("torch.", "").replace("float", "f")
-                                 for t in c.dtypes))
+        dtypes = "all" if len(c.dtypes) == 4 else " ".join(sorted(
+            str(t).replace("torch.", "").replace("float", "f") for t in c.dtypes))
         table.add_row(name, "exact" if c.exact else "approx", returns,
                       "yes" if c.dropout else "-", "yes" if c.backward else "-", dtypes)
     console.print(table)
     for name, b in list_backends().items():
         console.print(f"[bold]{name}[/bold]: {b.description}; masks: "
-                      f"{', '.join(sorted(b.capabilities.masks))}")
+                      f"{', '.join(sorted(b.capabilities.masks)) or 'none'}")
     console.print("backend='auto' picks the fastest exact backend that can serve a request.")
 
 
