@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from attnlab.inspect.metrics import METRIC_TITLES  # noqa: E402
 from attnlab.inspect.taxonomy import LABELS  # noqa: E402
 from attnlab.plotting import heatmap, save_figure  # noqa: E402
 
@@ -68,7 +69,7 @@ def metric_grid(values: torch.Tensor, name: str, out_dir: Path) -> list[Path]:
     stem = out_dir / f"metric_{name}"
     labels = dict(row_labels=[f"L{i}" for i in range(n_layers)],
                   col_labels=[f"H{j}" for j in range(n_heads)], xlabel="head", ylabel="layer")
-    return [heatmap(values, stem.with_suffix(ext), title=name.replace("_", " "), vmin=0.0,
+    return [heatmap(values, stem.with_suffix(ext), title=METRIC_TITLES.get(name, name), vmin=0.0,
                     vmax=1.0 if float(values.max()) <= 1.0 else None, annotate=True, **labels)
             for ext in (".png", ".svg")]
 
@@ -123,9 +124,12 @@ def write_figures(ins, out_dir: Path, head: tuple[int, int] | None = None) -> di
     if ins.flow is not None:
         figs["flow"] = rollout_figure(ins.flow, ins.tokens, out_dir, "flow", "attention flow")[0]
     if ins.gradient is not None:
+        # R starts as the identity and every layer adds to it; the identity is the same for any
+        # input, so the figure shows what attention added.
+        extra = ins.gradient - torch.eye(ins.gradient.shape[0], dtype=ins.gradient.dtype)
         figs["gradient"] = rollout_figure(
-            ins.gradient, ins.tokens, out_dir, "gradient",
-            "gradient-weighted attention (target: norm of the pooled embedding)")[0]
+            extra, ins.tokens, out_dir, "gradient",
+            "gradient-weighted attention, R - I (target: norm of the pooled embedding)")[0]
     figs["head_embedding"] = embedding_figure(ins.xy, ins.taxonomy.labels, out_dir)[0]
     return figs
 

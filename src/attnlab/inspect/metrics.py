@@ -12,8 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-SPECIAL_TOKENS = {"[CLS]", "[SEP]", "<s>", "</s>", "<cls>", "<sep>", "[PAD]"}
-FIRST = "first"
+METRIC_TITLES = {
+    "entropy_ratio": "entropy / ln n", "confidence": "confidence (mean max weight)",
+    "prev": "previous-token mass", "next": "next-token mass", "self": "self mass",
+    "cls": "[CLS] mass", "sep": "[SEP] mass", "punct": "punctuation mass",
+    "first": "first-token (sink) mass", "within_segment": "within-sentence mass",
+}
 
 
 def is_punctuation(token: str) -> bool:

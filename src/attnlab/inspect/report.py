@@ -17,16 +17,10 @@ import tempfile
 from pathlib import Path
 
 from attnlab import __version__
-from attnlab.inspect.metrics import HeadMetrics
+from attnlab.inspect.metrics import METRIC_TITLES, HeadMetrics
 from attnlab.inspect.run import Inspection
 from attnlab.inspect.taxonomy import LABELS
 
-METRIC_TITLES = {
-    "entropy_ratio": "entropy / ln n", "confidence": "confidence (mean max weight)",
-    "prev": "previous-token mass", "next": "next-token mass", "self": "self mass",
-    "cls": "[CLS] mass", "sep": "[SEP] mass", "punct": "punctuation mass",
-    "first": "first-token (sink) mass", "within_segment": "within-sentence mass",
-}
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1300px}
