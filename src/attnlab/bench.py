@@ -216,7 +216,7 @@ def run(sizes: list[int], out_dir: Path, console=None) -> dict:
         task = progress.add_task("benchmarking", total=len(jobs) + 2)
         for g, m, n, bwd in jobs:
             progress.update(task, description=f"{g}: {m} N={n} {'fwd+bwd' if bwd else 'fwd'}")
-            repeats = 3 if n <= 4096 else 2
+            repeats = 3
             rows.append(_run_cell(m, g, n, bwd, repeats))
             progress.advance(task)
         progress.update(task, description="errors at N=1024")
