@@ -166,10 +166,17 @@ def tradeoff(n: int = 1024) -> list[dict]:
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 8, n, 64) for _ in range(3))
     exact = attention(q.double(), k.double(), v.double(), backend="reference")
+    # FAVOR+'s variance grows like exp(|q|^2 + |k|^2): it is shown on unit-variance q, k and on
+    # q, k scaled by 0.3 (flatter attention), where the estimator is in its 1/sqrt(m) regime.
+    qs, ks = q * 0.3, k * 0.3
+    exact_small = attention(qs.double(), ks.double(), v.double(), backend="reference")
     sweeps = {
         "performer": ([16, 32, 64, 128, 256, 512, 1024],
                       lambda m: (lambda w: lambda: A.performer_attention(q, k, v, w))(
                           A.orthogonal_gaussian(m, 64, torch.Generator().manual_seed(0)))),
+        "performer (q, k x 0.3)": ([16, 32, 64, 128, 256, 512, 1024],
+                                   lambda m: (lambda w: lambda: A.performer_attention(qs, ks, v, w))(
+                                       A.orthogonal_gaussian(m, 64, torch.Generator().manual_seed(0)))),
         "linformer (pooling E, F)": ([16, 32, 64, 128, 256, 512, 1024],
                                      lambda r: (lambda e: lambda: A.linformer_attention(q, k, v, e, e))(
                                          A.pooling_projection(n, r))),
@@ -186,8 +193,9 @@ def tradeoff(n: int = 1024) -> list[dict]:
                 t0 = time.perf_counter()
                 got = fn()
                 dt = time.perf_counter() - t0
+            ref = exact_small if "x 0.3" in name else exact
             rows.append({"method": name, "budget": budget, "time_s": dt,
-                         "rel": float((got.double() - exact).norm() / exact.norm())})
+                         "rel": float((got.double() - ref).norm() / ref.norm())})
     return rows
 
 
