@@ -32,8 +32,9 @@ def flow(maps: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
     """Attention flow (Abnar & Zuidema 2020): the maximum flow from input token j to output
     position i through the layered graph whose edge capacities are ``Â_l``.
 
-    Exponential in nothing but slow in practice (one max-flow per pair), so limited to
-    ``FLOW_MAX_TOKENS`` tokens.
+    Each row is then normalized to sum to 1, as rollout's rows do: a single source-sink
+    flow is bounded by 1 and most pairs come close to it, so raw values hardly discriminate.
+    One max-flow problem per pair, so limited to ``FLOW_MAX_TOKENS`` tokens.
     """
     import networkx as nx
 
@@ -52,7 +53,7 @@ def flow(maps: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
     for i in range(n):
         for j in range(n):
             out[i, j] = nx.maximum_flow_value(g, (0, j), (n_layers, i))
-    return out
+    return out / out.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
 def gradient_weighted(maps: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
