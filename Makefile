@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all bench install clean
+.PHONY: demo test bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,6 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
-
-test-all: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q --run-slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py
