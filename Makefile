@@ -25,7 +25,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_core.py
+	$(BIN)/python benchmarks/bench_core.py --markdown
+	$(BIN)/attnlab bench --out benchmarks/results/efficient
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis
