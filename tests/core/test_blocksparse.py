@@ -118,3 +118,24 @@ def test_auto_picks_blocksparse_for_narrow_bands_only(monkeypatch):
     assert which_backend(q, k, v, causal=True) == "sdpa"             # SDPA skips the triangle itself
     small = [t[..., :64, :] for t in (q, k, v)]
     assert which_backend(*small, window=(256, 256)) == "sdpa"
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0, 60.0])
+def test_band_path_shift_bound_far_from_the_true_max(scale):
+    # Queries and keys in orthogonal halves of the head dim: every score is 0 while the
+    # Cauchy-Schwarz shift |q||k| grows with `scale`; at 60 the row sums underflow and the run
+    # is redone with the exact max. The result must not depend on it.
+    g = torch.Generator().manual_seed(0)
+    q = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
+    k = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
+    q[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
+    k[..., 8:] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
+    k[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * 0.1
+    v = torch.randn(1, 2, 90, 5, generator=g, dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        ref = attention(q, k, v, window=(10, 10), backend="reference", return_lse=True)
+        out = attention(q.to(dtype), k.to(dtype), v.to(dtype), window=(10, 10),
+                        backend="blocksparse", return_lse=True)
+        tol = 1e-10 if dtype == torch.float64 else 1e-5
+        assert torch.allclose(out.out.double(), ref.out, atol=tol, rtol=tol)
+        assert torch.allclose(out.lse.double(), ref.lse, atol=tol * 100, rtol=tol)
