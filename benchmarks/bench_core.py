@@ -16,15 +16,13 @@ Results: a table on the terminal, JSON in benchmarks/results/core.json, and a Ma
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from attnlab.bench import _status, machine
+from attnlab.bench import machine, time_and_peak
 
 METHODS = ["naive", "reference", "sdpa", "tiled"]
 # Methods that hold N x N matrices: skip sizes whose scores alone would not fit comfortably.
@@ -55,20 +53,8 @@ def child(method: str, n: int, mode: str, repeats: int, b: int, h: int, d: int) 
             q.grad = k.grad = v.grad = None
         return out
 
-    step()                                                    # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    # Hand freed heap pages back to the kernel, or the measured call would reuse pages that are
-    # already resident and look free; then reset the peak-RSS counter.
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    open("/proc/self/clear_refs", "w").write("5")
-    base = _status("VmRSS")
-    step()
-    peak = _status("VmHWM") - base
-    return {"method": method, "n": n, "mode": mode, "time_s": min(times), "peak_mib": peak / 2**20}
+    seconds, peak_mib = time_and_peak(step, repeats)
+    return {"method": method, "n": n, "mode": mode, "time_s": seconds, "peak_mib": peak_mib}
 
 
 def run_one(method, n, mode, repeats, b, h, d):

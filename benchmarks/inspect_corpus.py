@@ -16,7 +16,6 @@ import json
 import re
 from pathlib import Path
 
-import torch
 
 STDLIB = ["json", "csv", "argparse", "logging", "pathlib", "collections", "itertools",
           "functools", "random", "statistics", "datetime", "decimal", "fractions", "heapq",

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from attnlab import bench as B
 from attnlab.cli import main

@@ -102,6 +102,14 @@ def measure_cell(method: str, group: str, n: int, backward: bool, repeats: int,
             out.backward(cot)
             q.grad = k.grad = v.grad = None
 
+    seconds, peak_mib = time_and_peak(step, repeats)
+    return {"method": method, "group": group, "n": n, "mode": "fwd+bwd" if backward else "fwd",
+            "time_s": seconds, "peak_mib": peak_mib, "setup_s": setup_s}
+
+
+def time_and_peak(step, repeats: int) -> tuple[float, float]:
+    """Minimum time of ``step()`` over ``repeats`` runs after a warm-up, then the extra peak
+    resident memory (MiB) of one more run. Linux only; call it in a fresh process."""
     step()
     times = []
     for _ in range(repeats):
@@ -115,9 +123,7 @@ def measure_cell(method: str, group: str, n: int, backward: bool, repeats: int,
         f.write("5")
     base = _status("VmRSS")
     step()
-    return {"method": method, "group": group, "n": n, "mode": "fwd+bwd" if backward else "fwd",
-            "time_s": min(times), "peak_mib": (_status("VmHWM") - base) / 2**20,
-            "setup_s": setup_s}
+    return min(times), (_status("VmHWM") - base) / 2**20
 
 
 def _run_cell(method, group, n, backward, repeats) -> dict:

@@ -174,8 +174,8 @@ def render(wt: Walkthrough, console: Console, max_dims: int = 8) -> None:
         _show(console, f"{name} ({n} x {d}{more})", m[:, :shown], wt.tokens, dims)
     _show(console, "1. S = Q K^T: S[i, j] is the dot product of query i and key j", wt.s,
           wt.tokens, keys)
-    _show(console, f"2. S * scale / T, then -inf where query i may not attend key j "
-          f"(scale = 1/sqrt(D_k) keeps the variance of a score near 1 whatever D_k is)",
+    _show(console, "2. S * scale / T, then -inf where query i may not attend key j "
+          "(scale = 1/sqrt(D_k) keeps the variance of a score near 1 whatever D_k is)",
           wt.scaled, wt.tokens, keys)
     _show(console, "3. A = softmax of each row: exp(s - max) / sum exp(s - max); each row is a "
           "probability distribution over the keys", wt.a, wt.tokens, keys)

@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab import which_backend, list_backends, masks
+from attnlab import list_backends, which_backend
 
 
 def _qkv(n, n_k=None, d=64):

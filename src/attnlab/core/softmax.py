@@ -69,3 +69,22 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor,
     w_a = torch.exp(lse_a - lse_safe).unsqueeze(-1)       # (..., N_q, 1), 0 where lse_a = -inf
     w_b = torch.exp(lse_b - lse_safe).unsqueeze(-1)
     return w_a * out_a + w_b * out_b, lse
+
+
+def block_lse(m: torch.Tensor, l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For one block of keys with row shift ``m`` and row sums ``l = sum exp(s - m)``: the
+    divisor to normalize with (1 on rows with no key) and the block's lse (-inf there).
+    Shared by the forward passes of tiled, blocksparse and its band path."""
+    empty = l == 0
+    l_safe = torch.where(empty, torch.ones_like(l), l)
+    return l_safe, torch.where(empty, float("-inf"), m + torch.log(l_safe))
+
+
+def backward_terms(d_out: torch.Tensor, out: torch.Tensor, d_lse: torch.Tensor | None,
+                   lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a backward pass that recomputes ``P = exp(S - lse)`` needs (docs/math.md §3):
+    ``D_i = dO_i · O_i - dlse_i``, and lse with +inf on empty rows so that P = 0 there."""
+    delta = (d_out * out).sum(dim=-1)
+    if d_lse is not None:
+        delta = delta - d_lse
+    return delta, torch.where(torch.isneginf(lse), float("inf"), lse)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.core.dropout import keep_mask
-from attnlab.core.softmax import finite_or_zero
+from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero
 from attnlab.core.spec import AttentionSpec
 
 BLOCK = 64        # square blocks: measured fastest for windows of a few hundred keys
@@ -184,10 +184,8 @@ class BandAttention(torch.autograd.Function):
             o3 = o.view(-1, b, spec.d_v)
             for g in range(1, G):                                       # o += P_g V_g, fused
                 o3.baddbmm_(p[g].flatten(0, 1), vb[band.key_slice(s0, c, g)].flatten(0, 1))
-            empty = l == 0
-            l_safe = torch.where(empty, torch.ones_like(l), l)
+            l_safe, lse_t[s0:s0 + c] = block_lse(m[0, ..., 0], l)
             torch.div(o, l_safe.unsqueeze(-1), out=out_t[s0:s0 + c])
-            lse_t[s0:s0 + c] = torch.where(empty, float("-inf"), m[0, ..., 0] + torch.log(l_safe))
         out = out.view(n_bh, -1, spec.d_v)[:, : spec.n_q]
         lse = lse.view(n_bh, -1)[:, : spec.n_q]
         ctx.spec, ctx.block = spec, block
@@ -200,10 +198,7 @@ class BandAttention(torch.autograd.Function):
         spec = ctx.spec
         band = Band(spec, ctx.block)
         n_bh, b, G, c_ = q.shape[0], band.b, band.g, spec.score_scale
-        delta = (d_out * out).sum(-1)                                   # (BH, N_q)
-        if d_lse is not None:
-            delta = delta - d_lse
-        lse_b = torch.where(torch.isneginf(lse), float("inf"), lse)     # P = 0 on empty rows
+        delta, lse_b = backward_terms(d_out, out, d_lse, lse)           # (BH, N_q) each
         qb = band.blocks_q(q, c_)                                       # (nqb, BH, b, D_k)
         kb, vb = band.blocks_k(k), band.blocks_k(v)
         dob = band.blocks_q(d_out.contiguous())                         # (nqb, BH, b, D_v)

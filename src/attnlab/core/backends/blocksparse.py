@@ -26,7 +26,7 @@ from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
 from attnlab.core.layout import BlockLayout, block_layout
 from attnlab.core.registry import Capabilities, register_backend
-from attnlab.core.softmax import finite_or_zero, merge_partials
+from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
 BLOCK = (128, 128)          # tiles of general layouts (the pure-band path uses _band.BLOCK)
@@ -136,10 +136,8 @@ class _BlockSparseAttention(torch.autograd.Function):
             l = p.sum(dim=-1)                                               # (BH, C, bq)
             if spec.dropout_p > 0:
                 p.mul_(it.dropout_scale(i0, i1, p.dtype))
-            empty = l == 0
-            l_safe = torch.where(empty, torch.ones_like(l), l)
+            l_safe, lse_i = block_lse(m.squeeze(-1), l)
             o = (p @ it.gather(vb, lay.items_kv[i0:i1])) / l_safe.unsqueeze(-1)   # (BH, C, bq, D_v)
-            lse_i = torch.where(empty, float("-inf"), m.squeeze(-1) + torch.log(l_safe))
             qi = lay.items_q[i0:i1]                       # unique within a round
             out[:, qi], lse[:, qi] = merge_partials(out[:, qi], lse[:, qi], o, lse_i)
         out = out.view(n_bh, -1, spec.d_v)[:, : spec.n_q]
@@ -155,10 +153,7 @@ class _BlockSparseAttention(torch.autograd.Function):
         n_bh = q.shape[0]
         it = _Items(spec, lay, n_bh)
         c = spec.score_scale
-        delta = (d_out * out).sum(-1)                                        # (BH, N_q)
-        if d_lse is not None:
-            delta = delta - d_lse
-        lse_b = torch.where(torch.isneginf(lse), float("inf"), lse)          # P = 0 on empty rows
+        delta, lse_b = backward_terms(d_out, out, d_lse, lse)                # (BH, N_q) each
         qb = _blocks(q * c, lay.block_q)
         kb, vb = _blocks(k, lay.block_k), _blocks(v, lay.block_k)
         dob = _blocks(d_out.contiguous(), lay.block_q)                       # (BH, nqb, bq, D_v)

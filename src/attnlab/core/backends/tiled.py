@@ -26,7 +26,7 @@ import torch
 
 from attnlab.core.dropout import keep_mask
 from attnlab.core.registry import Capabilities, register_backend
-from attnlab.core.softmax import finite_or_zero, merge_partials
+from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
 # Tile sizes. Large tiles keep the Python loop short and the matmuls efficient on CPU; a
@@ -134,10 +134,8 @@ class _TiledAttention(torch.autograd.Function):
                 l = p.sum(dim=-1)                                     # (BH, bq)
                 if spec.dropout_p > 0:
                     p.mul_(tiles.dropout_scale(i0, i1, j0, j1, p.dtype))
-                empty = l == 0
-                l_safe = torch.where(empty, torch.ones_like(l), l)
+                l_safe, lse_blk = block_lse(m.squeeze(-1), l)
                 o_blk = torch.bmm(p, v[:, j0:j1]) / l_safe.unsqueeze(-1)   # (BH, bq, D_v)
-                lse_blk = torch.where(empty, float("-inf"), m.squeeze(-1) + torch.log(l_safe))
                 o_acc, lse_acc = merge_partials(o_acc, lse_acc, o_blk, lse_blk)
             out[:, i0:i1], lse[:, i0:i1] = o_acc, lse_acc
         ctx.spec = spec
@@ -153,10 +151,7 @@ class _TiledAttention(torch.autograd.Function):
         q_s = q * c
         d_out = d_out.contiguous()
         # D_i = dO_i . O_i equals sum_j P_ij dP_ij (with dropout folded in), the softmax Jacobian term.
-        delta = (d_out * out).sum(dim=-1)                        # (BH, N_q)
-        if d_lse is not None:
-            delta = delta - d_lse
-        lse_b = torch.where(torch.isneginf(lse), float("inf"), lse)   # P = 0 on empty rows
+        delta, lse_b = backward_terms(d_out, out, d_lse, lse)   # (BH, N_q) each
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for i0 in range(0, spec.n_q, BLOCK_Q):
             i1 = min(i0 + BLOCK_Q, spec.n_q)
