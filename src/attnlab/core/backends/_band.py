@@ -109,21 +109,20 @@ class Band:
 
     def scores(self, qb, kb, s0, c, buf, shift: torch.Tensor | None = None):
         """Masked scores of a run, ``(G, C, BH, b, b)`` written into ``buf``; minus ``shift``
-        ``(C * BH, b, 1)`` when given, fused into the matrix product."""
+        ``(C * BH, b, 1)`` when given."""
         q = qb[s0:s0 + c].flatten(0, 1)                             # (C * BH, b, D)
         edge = self.is_edge(s0, c)
         for g in range(self.g):
             k = kb[self.key_slice(s0, c, g)].flatten(0, 1).transpose(-1, -2)   # (C * BH, D, b)
             out = buf[g].view(-1, self.b, self.b)
             bias = None if edge else self.slot_bias[g]
-            if bias is None and shift is None:
+            if bias is None:
                 torch.bmm(q, k, out=out)
-            elif bias is None:
-                torch.baddbmm(shift, q, k, beta=-1.0, out=out)
             else:
                 torch.baddbmm(bias.to(q.dtype), q, k, out=out)
-                if shift is not None:
-                    out.sub_(shift)
+        if shift is not None:
+            # One pass over all slots: cheaper than fusing a broadcast shift into each matmul.
+            buf.sub_(shift.view(1, *buf.shape[1:4], 1))
         if edge:
             keep = self.exact_keep(s0, c).transpose(0, 1)[:, :, None]  # (G, C, 1, b, b)
             buf.masked_fill_(~keep, float("-inf"))

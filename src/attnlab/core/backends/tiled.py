@@ -72,8 +72,9 @@ class _Tiles:
         return t.expand(*self.spec.batch_shape, bq, bk).reshape(self.n_bh, bq, bk)
 
     def scores(self, q_s: torch.Tensor, k: torch.Tensor, i0: int, i1: int, j0: int, j1: int,
-               kind: str) -> torch.Tensor | None:
-        """Scaled, masked scores of a tile ``(BH, bq, bk)``; None if the tile keeps nothing."""
+               kind: str, shift: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Scaled, masked scores of a tile ``(BH, bq, bk)``, minus ``shift (BH, bq, 1)`` if given;
+        None if the tile keeps nothing."""
         spec = self.spec
         bq, bk = i1 - i0, j1 - j0
         keep = None
@@ -88,6 +89,9 @@ class _Tiles:
                 return None
         s = torch.bmm(q_s[:, i0:i1], k[:, j0:j1].transpose(1, 2),
                       out=self.buffer("s", (self.n_bh, bq, bk), q_s))    # (BH, bq, bk)
+        if shift is not None:
+            # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
+            s.sub_(shift)
         bias = spec.float_bias()
         if bias is not None:
             s += self._flat(bias[..., i0:i1, j0:j1], bq, bk).to(s.dtype)
@@ -122,16 +126,29 @@ class _TiledAttention(torch.autograd.Function):
         q_s = q * spec.score_scale
         out = torch.zeros(n_bh, spec.n_q, spec.d_v, dtype=q.dtype, device=q.device)
         lse = torch.full((n_bh, spec.n_q), float("-inf"), dtype=q.dtype, device=q.device)
+        # Softmax shift without a max pass (as in the band path of blocksparse): without an
+        # additive bias, |q_i| * max_j |k_j| bounds every score of row i, so exp cannot overflow;
+        # a tile whose row sums fall below 1e-30 is redone with the exact row max.
+        bound = spec.float_bias() is None
+        if bound:
+            qnorm = q_s.norm(dim=-1, keepdim=True)                       # (BH, N_q, 1)
+            kmax = k.norm(dim=-1).amax(dim=-1).view(n_bh, 1, 1)           # (BH, 1, 1)
         for i0 in range(0, spec.n_q, BLOCK_Q):
             i1 = min(i0 + BLOCK_Q, spec.n_q)
             o_acc, lse_acc = out[:, i0:i1], lse[:, i0:i1]     # (BH, bq, D_v), (BH, bq)
+            shift = qnorm[:, i0:i1] * kmax if bound else None  # (BH, bq, 1)
             for j0, j1, kind in _key_blocks(spec, i0, i1):
-                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind, shift)
                 if s is None:
                     continue
-                m = finite_or_zero(s.amax(dim=-1, keepdim=True))     # (BH, bq, 1)
-                p = s.sub_(m).exp_()                                  # (BH, bq, bk), in place
-                l = p.sum(dim=-1)                                     # (BH, bq)
+                m = shift
+                p = s.exp_() if bound else None
+                l = p.sum(dim=-1) if bound else None
+                if not bound or bool((l < 1e-30).any()):
+                    s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+                    m = finite_or_zero(s.amax(dim=-1, keepdim=True))   # (BH, bq, 1)
+                    p = s.sub_(m).exp_()                                # (BH, bq, bk), in place
+                    l = p.sum(dim=-1)                                   # (BH, bq)
                 if spec.dropout_p > 0:
                     p.mul_(tiles.dropout_scale(i0, i1, j0, j1, p.dtype))
                 l_safe, lse_blk = block_lse(m.squeeze(-1), l)
