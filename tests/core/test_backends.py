@@ -161,6 +161,27 @@ def test_tiled_gradient_with_window_skipping_tiles(small_tiles):
     assert_backend_matches(q, k, v, "tiled", torch.float32, window=(40, 3))
 
 
+@pytest.mark.parametrize("scale", [1.0, 60.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_shift_bound_far_from_the_true_max(scale, causal, small_tiles):
+    # Unmasked tiles subtract the Cauchy-Schwarz bound |q||k| instead of the row max. Queries
+    # and keys in orthogonal halves of the head dim keep every score near 0 while the bound grows
+    # with `scale`; at 60 the row sums underflow and those tiles are redone with the exact max.
+    g = torch.Generator().manual_seed(0)
+    q = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
+    k = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
+    q[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
+    k[..., 8:] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
+    k[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * 0.1
+    v = torch.randn(1, 2, 90, 5, generator=g, dtype=torch.float64)
+    ref = attention(q, k, v, causal=causal, backend="reference", return_lse=True)
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
+        out = attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal, backend="tiled",
+                        return_lse=True)
+        assert torch.allclose(out.out.double(), ref.out, atol=tol, rtol=tol)
+        assert torch.allclose(out.lse.double(), ref.lse, atol=tol * 100, rtol=tol)
+
+
 @pytest.mark.parametrize("mask_name", ["none", "causal", "float", "key_padding"])
 @pytest.mark.parametrize("backend", ["sdpa", "tiled"])
 def test_float16(backend, mask_name, small_tiles):

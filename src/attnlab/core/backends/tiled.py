@@ -128,8 +128,10 @@ class _TiledAttention(torch.autograd.Function):
         lse = torch.full((n_bh, spec.n_q), float("-inf"), dtype=q.dtype, device=q.device)
         # Softmax shift without a max pass (as in the band path of blocksparse): without an
         # additive bias, |q_i| * max_j |k_j| bounds every score of row i, so exp cannot overflow;
-        # a tile whose row sums fall below 1e-30 is redone with the exact row max.
-        bound = spec.float_bias() is None
+        # a tile whose row sums fall below 1e-30 is redone with the exact row max. Only tiles
+        # that mask nothing use it: in a masked tile, rows with no kept key sum to 0 anyway, and
+        # telling them apart costs more than the max pass it saves (measured).
+        bound = spec.float_bias() is None and spec.mask is None and spec.mask_fn is None
         if bound:
             qnorm = q_s.norm(dim=-1, keepdim=True)                       # (BH, N_q, 1)
             kmax = k.norm(dim=-1).amax(dim=-1).view(n_bh, 1, 1)           # (BH, 1, 1)
@@ -138,14 +140,18 @@ class _TiledAttention(torch.autograd.Function):
             o_acc, lse_acc = out[:, i0:i1], lse[:, i0:i1]     # (BH, bq, D_v), (BH, bq)
             shift = qnorm[:, i0:i1] * kmax if bound else None  # (BH, bq, 1)
             for j0, j1, kind in _key_blocks(spec, i0, i1):
-                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind, shift)
+                use_shift = bound and kind == "full"
+                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind, shift if use_shift else None)
                 if s is None:
                     continue
-                m = shift
-                p = s.exp_() if bound else None
-                l = p.sum(dim=-1) if bound else None
-                if not bound or bool((l < 1e-30).any()):
-                    s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+                if use_shift:
+                    m = shift
+                    p = s.exp_()
+                    l = p.sum(dim=-1)
+                    if bool((l < 1e-30).any()):                         # bound far too loose
+                        s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+                        use_shift = False
+                if not use_shift:
                     m = finite_or_zero(s.amax(dim=-1, keepdim=True))   # (BH, bq, 1)
                     p = s.sub_(m).exp_()                                # (BH, bq, bk), in place
                     l = p.sum(dim=-1)                                   # (BH, bq)
