@@ -12,11 +12,10 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from attnlab import __version__
+from attnlab._files import write_text_atomic
 from attnlab.inspect.metrics import METRIC_TITLES, HeadMetrics
 from attnlab.inspect.run import Inspection
 from attnlab.inspect.taxonomy import LABELS
@@ -149,9 +148,4 @@ different layers {summary['cross_layer']:.3f}.</p>
 <script>{SCRIPT}</script>
 </body></html>
 """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(doc)
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, doc)

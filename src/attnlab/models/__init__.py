@@ -1,0 +1,33 @@
+"""Applied estimators built on the attention core: time series and tables (scikit-learn
+style), with a shared training loop, safetensors save/load and LaTeX equations.
+
+    >>> from attnlab.models import AttentionForecaster, FeatureAttentionClassifier, load
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnlab.models.forecast import AttentionForecaster, BacktestResult
+from attnlab.models.tabular import FeatureAttentionClassifier, FeatureAttentionRegressor
+from attnlab.models.training import TrainConfig, TrainHistory, train
+
+ESTIMATORS = {cls.__name__: cls for cls in (AttentionForecaster, FeatureAttentionClassifier,
+                                            FeatureAttentionRegressor)}
+
+
+def load(path: str | Path, device: str | None = None):
+    """Load any estimator saved with ``save()``, whichever class it is."""
+    from attnlab.models import io
+
+    config, _ = io.read_model(path)
+    cls = ESTIMATORS.get(config.get("kind"))
+    if cls is None:
+        raise ValueError(f"{str(path)!r} holds a {config.get('kind')!r}, which this attnlab "
+                         f"does not know (known: {', '.join(ESTIMATORS)})")
+    return cls.load(path, device=device)
+
+
+__all__ = ["AttentionForecaster", "BacktestResult", "FeatureAttentionClassifier",
+           "FeatureAttentionRegressor", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
+           "train"]

@@ -1,0 +1,64 @@
+"""Bundled example data: nothing is downloaded (statsmodels and scikit-learn ship these files).
+
+Time series (pandas Series with a DatetimeIndex, and the settings the examples use):
+
+* ``co2``: Mauna Loa CO2 (ppm), weekly 1958-2001 in statsmodels, averaged to monthly means;
+  the few months with no reading are linearly interpolated. 526 months, season 12.
+* ``sunspots``: yearly mean sunspot number 1700-2008 (statsmodels), 309 years; the ~11-year
+  Schwabe cycle is used as the season (it varies between about 9 and 14 years).
+
+Tables (pandas DataFrame and target Series, from scikit-learn): ``diabetes`` (regression,
+442 rows, 10 features), ``breast_cancer`` (binary, 569 x 30), ``wine`` (3 classes, 178 x 13).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SERIES = ("co2", "sunspots")
+TABLES = ("diabetes", "breast_cancer", "wine")
+
+
+@dataclass(frozen=True)
+class SeriesExample:
+    y: "object"          # pandas Series with a DatetimeIndex
+    season: int
+    horizon: int
+    n_origins: int
+    description: str
+
+
+def load_series(name: str) -> SeriesExample:
+    """One of :data:`SERIES` with its example settings."""
+    import pandas as pd
+
+    if name == "co2":
+        from statsmodels.datasets import co2
+
+        weekly = co2.load_pandas().data["co2"]
+        y = weekly.resample("MS").mean().interpolate(limit_direction="both")
+        y.name = "co2"
+        return SeriesExample(y, 12, 12, 10, "Mauna Loa CO2, monthly mean (ppm), 1958-2001")
+    if name == "sunspots":
+        from statsmodels.datasets import sunspots
+
+        df = sunspots.load_pandas().data
+        idx = pd.to_datetime(df["YEAR"].astype(int).astype(str), format="%Y")
+        y = pd.Series(df["SUNACTIVITY"].to_numpy(dtype=float), index=idx, name="sunspots")
+        return SeriesExample(y, 11, 11, 5, "Yearly mean sunspot number, 1700-2008")
+    raise ValueError(f"unknown series example {name!r}; choose one of {', '.join(SERIES)}")
+
+
+def load_table(name: str):
+    """One of :data:`TABLES` as ``(X DataFrame, y Series, task)`` with task
+    ``"classification"`` or ``"regression"``."""
+    from sklearn import datasets
+
+    loaders = {"diabetes": (datasets.load_diabetes, "regression"),
+               "breast_cancer": (datasets.load_breast_cancer, "classification"),
+               "wine": (datasets.load_wine, "classification")}
+    if name not in loaders:
+        raise ValueError(f"unknown table example {name!r}; choose one of {', '.join(TABLES)}")
+    fn, task = loaders[name]
+    bunch = fn(as_frame=True)
+    return bunch.data, bunch.target.rename("target"), task

@@ -1,0 +1,577 @@
+"""Time-series forecasting with attention pooling over past time steps.
+
+:class:`AttentionForecaster` reads a window of the last ``lookback`` observations and predicts
+the next ``horizon`` values at once (direct multi-step). Two encoders:
+
+* ``"gru"`` / ``"lstm"``: a recurrent encoder gives hidden states h_1..h_L; the last one asks the
+  question (query ``W_q h_L``), every step answers (keys ``W_k h_t``, values ``h_t``), and the
+  scaled dot-product weights over the L steps say which past observations the forecast used
+  (the attention-pooling of Bahdanau et al. 2015 / Luong et al. 2015 applied over time).
+* ``"transformer"``: a pre-LN Transformer encoder over the window (sinusoidal positions), then
+  the same attention pooling with the last step's state as the query.
+
+Scaling is inside: each window is expressed relative to its last observation (so a trend does
+not leave the range seen in training), divided by the spread of the training targets, and also
+given in absolute standardized form; exogenous columns are standardized; with a ``season`` the
+phase within the season is given as sin/cos. Exogenous columns are *past covariates*: the
+forecast at time T uses their values up to T, so predicting needs no future values of them.
+
+The rolling-origin :meth:`AttentionForecaster.backtest` fits once on the data before the first
+origin and forecasts from each origin with the history up to it, next to seasonal naive and a
+statsmodels ETS model refitted at every origin; errors are MAE, RMSE, MAPE and MASE.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from sklearn.base import BaseEstimator
+
+from attnlab.core.api import attention
+from attnlab.models import io
+from attnlab.models.latex import Equations
+from attnlab.models.training import TrainConfig, TrainHistory, resolve_device, seeded, train
+from attnlab.nn.position import sinusoidal_table
+from attnlab.nn.transformer import Encoder, EncoderLayer
+
+ENCODERS = ("gru", "lstm", "transformer")
+
+
+class _Pool(nn.Module):
+    """Attention pooling over time: query from the last state, keys/values from every state."""
+
+    def __init__(self, d: int, horizon: int, dropout: float):
+        super().__init__()
+        self.w_q = nn.Linear(d, d)
+        self.w_k = nn.Linear(d, d)
+        self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Dropout(dropout),
+                                  nn.Linear(d, horizon))
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # h (B, L, d) -> forecast (B, horizon), weights over the L steps (B, L)
+        last = h[:, -1]                                                    # (B, d)
+        res = attention(self.w_q(last)[:, None], self.w_k(h), h, return_weights=True)
+        context = res.out[:, 0]                                            # (B, d)
+        return self.head(torch.cat([context, last], dim=-1)), res.weights[:, 0]
+
+
+class _RecurrentNet(nn.Module):
+    def __init__(self, n_in: int, hidden: int, layers: int, cell: str, horizon: int,
+                 dropout: float):
+        super().__init__()
+        rnn = nn.GRU if cell == "gru" else nn.LSTM
+        self.rnn = rnn(n_in, hidden, layers, batch_first=True,
+                       dropout=dropout if layers > 1 else 0.0)
+        self.pool = _Pool(hidden, horizon, dropout)
+
+    def forward(self, x):
+        h, _ = self.rnn(x)                                                 # (B, L, hidden)
+        return self.pool(h)
+
+
+class _TransformerNet(nn.Module):
+    def __init__(self, n_in: int, d_model: int, layers: int, nhead: int, horizon: int,
+                 dropout: float, lookback: int):
+        super().__init__()
+        self.inp = nn.Linear(n_in, d_model)
+        self.register_buffer("pos", sinusoidal_table(lookback, d_model))
+        layer = EncoderLayer(d_model, nhead, 2 * d_model, dropout, activation="gelu",
+                             batch_first=True, norm_first=True)
+        self.encoder = Encoder(layer, layers, norm=nn.LayerNorm(d_model))
+        self.pool = _Pool(d_model, horizon, dropout)
+
+    def forward(self, x):
+        h = self.encoder(self.inp(x) + self.pos)                           # (B, L, d_model)
+        return self.pool(h)
+
+
+@dataclass
+class BacktestResult:
+    """What :meth:`AttentionForecaster.backtest` measured.
+
+    Attributes:
+        metrics: ``{method: {"MAE", "RMSE", "MAPE", "MASE"}}`` over every origin and step.
+        origins: index in ``y`` of the first forecast point of each origin, ``(n_origins,)``.
+        actual: ``(n_origins, horizon)`` true values.
+        forecasts: ``{method: (n_origins, horizon)}``.
+        attention: ``(n_origins, lookback)`` the forecaster's weights over past steps
+            (column j is lag ``lookback - j``).
+        model: the forecaster fitted on ``y[:origins[0]]``.
+    """
+
+    metrics: dict[str, dict[str, float]]
+    origins: np.ndarray
+    actual: np.ndarray
+    forecasts: dict[str, np.ndarray]
+    attention: np.ndarray
+    model: "AttentionForecaster"
+
+    def table(self) -> str:
+        """The metrics as a Markdown table, best MASE first."""
+        rows = sorted(self.metrics.items(), key=lambda kv: kv[1]["MASE"])
+        out = ["| method | MAE | RMSE | MAPE % | MASE |", "|---|---|---|---|---|"]
+        for name, m in rows:
+            out.append(f"| {name} | {m['MAE']:.3f} | {m['RMSE']:.3f} | {m['MAPE']:.2f} | "
+                       f"{m['MASE']:.3f} |")
+        return "\n".join(out)
+
+
+def _as_series(y, name: str = "y") -> np.ndarray:
+    try:
+        arr = np.asarray(y, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numbers, got {type(y).__name__} that is not ({err})"
+                         ) from None
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one series (1-D), got shape {arr.shape}; pass one "
+                         "column, other columns go in X")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{name} has {bad.size} missing or infinite value(s), first at "
+                         f"position {bad[0]}; fill them (e.g. pandas .interpolate()) or drop "
+                         "them first")
+    return arr
+
+
+def _as_exog(X, n: int, name: str = "X") -> np.ndarray | None:
+    if X is None:
+        return None
+    try:
+        arr = np.asarray(X, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numeric columns ({err})") from None
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ValueError(f"{name} must have one row per observation of y ({n}), got shape "
+                         f"{arr.shape}")
+    bad = np.argwhere(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{name} has missing or infinite values, first at row {bad[0][0]}, "
+                         f"column {bad[0][1]}; fill or drop them first")
+    return arr
+
+
+def seasonal_naive(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+    """y_hat(T + h) = y(T + h - m * ceil(h / m)): the last season repeated."""
+    m = max(1, season)
+    if len(history) < m:
+        raise ValueError(f"seasonal naive needs at least one season ({m}) of history, got "
+                         f"{len(history)}")
+    last = history[-m:]
+    return np.array([last[h % m] for h in range(horizon)])
+
+
+def ets_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+    """statsmodels Holt-Winters ETS: additive damped trend, additive season when ``season > 1``
+    and two full seasons are available; parameters by maximum likelihood."""
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    seasonal = "add" if season > 1 and len(history) >= 2 * season else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = ExponentialSmoothing(history, trend="add", damped_trend=True, seasonal=seasonal,
+                                   seasonal_periods=season if seasonal else None,
+                                   initialization_method="estimated").fit()
+        return np.asarray(fit.forecast(horizon))
+
+
+def forecast_errors(actual: np.ndarray, forecast: np.ndarray, scale: float) -> dict[str, float]:
+    """MAE, RMSE, MAPE (%, over actual values that are not 0) and MASE (MAE / ``scale``, the
+    in-sample MAE of seasonal naive on the training part; Hyndman & Koehler 2006)."""
+    err = forecast - actual
+    nz = actual != 0
+    mape = float(np.mean(np.abs(err[nz] / actual[nz])) * 100) if nz.any() else math.nan
+    mae = float(np.mean(np.abs(err)))
+    return {"MAE": mae, "RMSE": float(np.sqrt(np.mean(err ** 2))), "MAPE": mape,
+            "MASE": mae / scale if scale > 0 else math.nan}
+
+
+class AttentionForecaster(BaseEstimator):
+    """Multi-step forecaster with attention over past time steps.
+
+    Args:
+        horizon: steps predicted at once.
+        lookback: past steps the model reads (default: ``3 * season`` if a season is given,
+            else 24).
+        encoder: ``"gru"``, ``"lstm"`` or ``"transformer"``.
+        hidden_size, num_layers, nhead, dropout: the encoder's size (``nhead`` for the
+            transformer only; ``hidden_size`` must be divisible by it).
+        season: the seasonal period (12 for monthly data); adds the phase as a feature and
+            sets seasonal naive's and MASE's period. None for none.
+        val_fraction: the last part of the training windows held out for early stopping.
+        max_epochs, batch_size, lr, weight_decay, patience, clip_norm, seed, device, verbose:
+            the shared training loop (:class:`~attnlab.models.training.TrainConfig`).
+
+    Example:
+        >>> t = np.arange(200)
+        >>> y = np.sin(2 * np.pi * t / 12) + 0.01 * t
+        >>> f = AttentionForecaster(horizon=6, season=12, max_epochs=5).fit(y)
+        >>> f.predict().shape, f.attention_.shape
+        ((6,), (36,))
+    """
+
+    def __init__(self, horizon: int = 12, lookback: int | None = None, encoder: str = "gru",
+                 hidden_size: int = 64, num_layers: int = 1, nhead: int = 4,
+                 dropout: float = 0.1, season: int | None = None, val_fraction: float = 0.2,
+                 max_epochs: int = 300, batch_size: int = 32, lr: float = 3e-3,
+                 weight_decay: float = 1e-4, patience: int = 30, clip_norm: float = 1.0,
+                 seed: int = 0, device: str = "auto", verbose: bool = False):
+        self.horizon = horizon
+        self.lookback = lookback
+        self.encoder = encoder
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.nhead = nhead
+        self.dropout = dropout
+        self.season = season
+        self.val_fraction = val_fraction
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.patience = patience
+        self.clip_norm = clip_norm
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+
+    # ---- configuration ------------------------------------------------------------------
+
+    @property
+    def _season(self) -> int:
+        return int(self.season) if self.season else 1
+
+    @property
+    def _lookback(self) -> int:
+        if self.lookback is not None:
+            return int(self.lookback)
+        return 3 * self._season if self._season > 1 else 24
+
+    def _check_params(self) -> None:
+        def positive_int(name):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+
+        for name in ("horizon", "hidden_size", "num_layers", "nhead"):
+            positive_int(name)
+        if self.lookback is not None:
+            positive_int("lookback")
+        if self.season is not None:
+            positive_int("season")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got "
+                             f"{self.encoder!r}")
+        if self.encoder == "transformer" and self.hidden_size % self.nhead:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by nhead "
+                             f"({self.nhead}) for the transformer encoder")
+        if not 0 <= self.val_fraction < 1:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    def _config(self) -> TrainConfig:
+        return TrainConfig(max_epochs=self.max_epochs, batch_size=self.batch_size, lr=self.lr,
+                           weight_decay=self.weight_decay, patience=self.patience,
+                           clip_norm=self.clip_norm, seed=self.seed, device=self.device,
+                           verbose=self.verbose)
+
+    def _build(self, n_features: int) -> nn.Module:
+        if self.encoder == "transformer":
+            return _TransformerNet(n_features, self.hidden_size, self.num_layers, self.nhead,
+                                   self.horizon, self.dropout, self._lookback)
+        return _RecurrentNet(n_features, self.hidden_size, self.num_layers, self.encoder,
+                             self.horizon, self.dropout)
+
+    # ---- features -----------------------------------------------------------------------
+
+    def _features(self, y: np.ndarray, X: np.ndarray | None, ends: np.ndarray) -> np.ndarray:
+        """Input windows ending just before each index in ``ends``: ``(len(ends), L, F)``."""
+        L = self._lookback
+        idx = ends[:, None] - L + np.arange(L)[None, :]                   # (W, L)
+        win = y[idx]                                                        # (W, L)
+        level = win[:, -1:]
+        parts = [(win - level) / self.dscale_, (win - self.mean_) / self.std_]
+        feats = [p[..., None] for p in parts]
+        if X is not None:
+            feats.append((X[idx] - self.x_mean_) / self.x_std_)             # (W, L, p)
+        if self._season > 1:
+            phase = 2 * np.pi * (idx % self._season) / self._season
+            feats += [np.sin(phase)[..., None], np.cos(phase)[..., None]]
+        return np.concatenate(feats, axis=-1)
+
+    def _targets(self, y: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        idx = ends[:, None] + np.arange(self.horizon)[None, :]
+        return (y[idx] - y[ends - 1][:, None]) / self.dscale_
+
+    def _min_length(self) -> int:
+        return self._lookback + self.horizon + 10
+
+    # ---- fit / predict ------------------------------------------------------------------
+
+    def fit(self, y, X=None) -> "AttentionForecaster":
+        """Fit on the series ``y`` (1-D array, list or pandas Series) and optional past
+        covariates ``X`` (one row per observation)."""
+        self._check_params()
+        y = _as_series(y)
+        X = _as_exog(X, len(y))
+        L, H = self._lookback, self.horizon
+        if len(y) < self._min_length():
+            raise ValueError(f"y has {len(y)} observations; lookback {L} + horizon {H} needs at "
+                             f"least {self._min_length()} (10 training windows); shorten "
+                             "lookback or horizon, or give a longer series")
+        config = self._config()
+        device = resolve_device(self.device)
+        ends = np.arange(L, len(y) - H + 1)                                 # first target index
+        self.mean_, self.std_ = float(y.mean()), float(y.std()) or 1.0
+        deltas = y[ends[:, None] + np.arange(H)] - y[ends - 1][:, None]
+        self.dscale_ = float(deltas.std()) or 1.0
+        if X is not None:
+            self.x_mean_ = X.mean(axis=0)
+            self.x_std_ = np.where(X.std(axis=0) > 0, X.std(axis=0), 1.0)
+        self.n_exog_ = 0 if X is None else X.shape[1]
+        inputs = torch.tensor(self._features(y, X, ends), dtype=torch.float32, device=device)
+        targets = torch.tensor(self._targets(y, ends), dtype=torch.float32, device=device)
+        n_val = int(round(len(ends) * self.val_fraction))
+        n_val = min(n_val, len(ends) - 1)
+        split = len(ends) - n_val
+        train_data = (inputs[:split], targets[:split])
+        val_data = (inputs[split:], targets[split:]) if n_val > 0 else None
+
+        def loss_fn(model, x, t):
+            return F.mse_loss(model(x)[0], t)
+
+        with seeded(self.seed, device):
+            self.net_ = self._build(inputs.shape[-1]).to(device)
+            self.history_ = train(self.net_, loss_fn, train_data, val_data, config,
+                                  description=f"{self.encoder} forecaster")
+        self.n_features_ = int(inputs.shape[-1])
+        self.y_tail_ = y[-L:].copy()
+        self.x_tail_ = None if X is None else X[-L:].copy()
+        self.n_obs_ = len(y)
+        self.attention_ = None
+        self.device_ = device
+        return self
+
+    def _check_fitted(self):
+        if not hasattr(self, "net_"):
+            raise RuntimeError("this AttentionForecaster is not fitted yet; call fit(y) first")
+
+    @torch.no_grad()
+    def _forecast(self, y: np.ndarray, X: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """One direct forecast of ``horizon`` steps after the end of ``y`` (positions counted
+        from the start of the fitted series), and the attention over the window."""
+        self.net_.eval()
+        feats = self._features(y, X, np.array([len(y)]))
+        x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
+        out, w = self.net_(x)
+        pred = y[-1] + out[0].double().cpu().numpy() * self.dscale_
+        return pred, w[0].double().cpu().numpy()
+
+    def predict(self, horizon: int | None = None, y=None, X=None) -> np.ndarray:
+        """Forecast ``horizon`` steps (default: the fitted horizon) after the fitted series,
+        or after ``y`` if given (a series that starts where the fitted one started, e.g. the
+        fitted one extended by new observations; with exogenous columns, ``X`` for it too).
+
+        A horizon beyond the fitted one is forecast recursively (the forecasts are fed back);
+        that needs a model without exogenous columns. ``attention_`` holds the weights over
+        the window of the first step.
+        """
+        self._check_fitted()
+        horizon = self.horizon if horizon is None else horizon
+        if not isinstance(horizon, (int, np.integer)) or horizon < 1:
+            raise ValueError(f"horizon must be an int >= 1, got {horizon!r}")
+        if y is None:
+            if X is not None:
+                raise ValueError("X given without y: pass the history y it belongs to")
+            hist, xh, offset = self.y_tail_, self.x_tail_, self.n_obs_ - len(self.y_tail_)
+        else:
+            hist = _as_series(y)
+            xh = _as_exog(X, len(hist))
+            offset = 0
+            if len(hist) < self._lookback:
+                raise ValueError(f"y has {len(hist)} observations; the model reads the last "
+                                 f"{self._lookback} (lookback), give at least that many")
+        if (xh is None) != (self.n_exog_ == 0) or (xh is not None and xh.shape[1] != self.n_exog_):
+            raise ValueError(f"the model was fitted with {self.n_exog_} exogenous column(s); "
+                             f"X must have as many, got "
+                             f"{0 if xh is None else xh.shape[1]}")
+        if horizon > self.horizon and self.n_exog_:
+            raise ValueError(f"horizon {horizon} > fitted horizon {self.horizon} needs future "
+                             "exogenous values; refit with a longer horizon")
+        # Positions matter for the seasonal phase: pad the front so index = position.
+        series = np.concatenate([np.zeros(offset), hist])
+        xs = None if xh is None else np.concatenate([np.zeros((offset, xh.shape[1])), xh])
+        preds, first_w = [], None
+        while sum(len(p) for p in preds) < horizon:
+            p, w = self._forecast(series, xs)
+            first_w = w if first_w is None else first_w
+            preds.append(p)
+            series = np.concatenate([series, p])
+        self.attention_ = first_w
+        return np.concatenate(preds)[:horizon]
+
+    # ---- backtest -----------------------------------------------------------------------
+
+    def backtest(self, y, X=None, n_origins: int = 10, step: int | None = None,
+                 baselines: tuple[str, ...] = ("seasonal_naive", "ets")) -> BacktestResult:
+        """Rolling-origin evaluation. Origins ``T_k`` are the last ``n_origins`` positions
+        ``step`` apart (default ``horizon``: non-overlapping test windows) such that every
+        forecast ``y[T_k : T_k + horizon]`` lies inside ``y``. A copy of this forecaster is
+        fitted once on ``y[:T_0]``; from each origin it forecasts with the history
+        ``y[:T_k]``. Baselines see the same history (ETS is refitted at each origin).
+        MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
+        self._check_params()
+        y = _as_series(y)
+        X = _as_exog(X, len(y))
+        H, m = self.horizon, self._season
+        step = H if step is None else step
+        if not isinstance(n_origins, (int, np.integer)) or n_origins < 1:
+            raise ValueError(f"n_origins must be an int >= 1, got {n_origins!r}")
+        last = len(y) - H
+        origins = last - step * np.arange(n_origins)[::-1]
+        if origins[0] < self._min_length():
+            raise ValueError(f"y has {len(y)} observations: {n_origins} origins {step} apart "
+                             f"with horizon {H} leave {origins[0]} for training, fewer than "
+                             f"the {self._min_length()} needed; use fewer origins")
+        unknown = set(baselines) - {"seasonal_naive", "naive", "ets"}
+        if unknown:
+            raise ValueError(f"baselines must be among seasonal_naive, naive, ets; got "
+                             f"{sorted(unknown)}")
+        t0 = int(origins[0])
+        model = type(self)(**self.get_params()).fit(y[:t0], None if X is None else X[:t0])
+        scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
+        actual = np.stack([y[t:t + H] for t in origins])
+        names = ["attention"] + list(baselines)
+        fc = {name: [] for name in names}
+        weights = []
+        for t in origins:
+            fc["attention"].append(model.predict(H, y[:t], None if X is None else X[:t]))
+            weights.append(model.attention_)
+            for name in baselines:
+                if name == "seasonal_naive":
+                    fc[name].append(seasonal_naive(y[:t], H, m))
+                elif name == "naive":
+                    fc[name].append(seasonal_naive(y[:t], H, 1))
+                else:
+                    fc[name].append(ets_forecast(y[:t], H, m))
+        forecasts = {k: np.stack(v) for k, v in fc.items()}
+        metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
+        return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), model)
+
+    # ---- equations, save / load ---------------------------------------------------------
+
+    def equations(self) -> Equations:
+        L, H, d = self._lookback, self.horizon, self.hidden_size
+        n_in = getattr(self, "n_features_", 2 + (2 if self._season > 1 else 0))
+        if self.encoder == "transformer":
+            enc = (r"\mathbf{H}", r"\mathrm{Encoder}_{" + str(self.num_layers) + r"}\left("
+                   r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
+                   f"{L} \\times {d}}}")
+        else:
+            cell = self.encoder.upper()
+            enc = (r"\mathbf{h}_t", r"\mathrm{" + cell + r"}\left(\mathbf{x}_t, "
+                   r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
+                   r"\ldots, " + str(L))
+        lines = [
+            (r"\mathbf{x}_t", r"\left[\frac{y_t - y_L}{s_\Delta}, \frac{y_t - \mu}{\sigma}"
+             + (r", \mathbf{z}_t" if getattr(self, "n_exog_", 0) else "")
+             + (r", \sin\phi_t, \cos\phi_t" if self._season > 1 else "")
+             + r"\right] \in \mathbb{R}^{" + str(n_in) + "}"),
+            enc,
+            (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
+             r"\mathbf{W}_k \mathbf{h}_t + \mathbf{b}_k, \quad \mathbf{v}_t = \mathbf{h}_t"),
+            (r"\alpha_t", r"\frac{\exp\left(\mathbf{q}^\top \mathbf{k}_t / \sqrt{" + str(d)
+             + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
+             r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
+            (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
+            (r"\hat{y}_{L+h}", r"y_L + s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
+             r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L] + \mathbf{b}_1\right) + \mathbf{b}_2"
+             r"\right]_h, \quad h = 1, \ldots, " + str(H)),
+        ]
+        where = [
+            (r"y_1, \ldots, y_{" + str(L) + "}", f"the last {L} observations (lookback)"),
+            (r"\mu, \sigma", "mean and standard deviation of the training series"),
+            (r"s_\Delta", "standard deviation of the training targets' change from the last "
+             "observation"),
+            (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
+             "query and key projections"),
+            (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "
+             r"\in \mathbb{R}^{" + f"{H} \\times {d}" + "}", "output layer"),
+        ]
+        if self._season > 1:
+            where.append((r"\phi_t", f"2 pi (t mod {self._season}) / {self._season}, the "
+                          "phase within the season"))
+        if self.encoder == "transformer":
+            where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "
+                          f"Encoder: {self.num_layers} pre-LN layer(s), {self.nhead} heads"))
+        return Equations(f"AttentionForecaster ({self.encoder} encoder)", lines, where)
+
+    def to_latex(self) -> str:
+        """The model's equations with its dimensions, as a LaTeX ``align`` fragment."""
+        return self.equations().to_latex()
+
+    def to_markdown(self) -> str:
+        """The same equations as Markdown ``$$`` blocks."""
+        return self.equations().to_markdown()
+
+    _STATE = ("mean_", "std_", "dscale_", "n_exog_", "n_features_", "n_obs_")
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``path/model.safetensors`` and ``path/config.json`` (no pickle)."""
+        self._check_fitted()
+        tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
+        tensors["y_tail"] = torch.tensor(self.y_tail_)
+        if self.n_exog_:
+            tensors["x_tail"] = torch.tensor(self.x_tail_)
+            tensors["x_mean"] = torch.tensor(self.x_mean_)
+            tensors["x_std"] = torch.tensor(self.x_std_)
+        state = {k: getattr(self, k) for k in self._STATE}
+        state["history"] = self.history_.to_dict()
+        return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | None = None) -> "AttentionForecaster":
+        """Load a forecaster written by :meth:`save`."""
+        config, tensors = io.read_model(path, cls.__name__)
+        params = dict(config["params"])
+        if device is not None:
+            params["device"] = device
+        try:
+            self = cls(**params)
+            self._check_params()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{str(path)!r}: config.json has invalid params ({err})") from None
+        state = config["state"]
+        try:
+            for k in cls._STATE:
+                setattr(self, k, state[k])
+            self.y_tail_ = tensors["y_tail"].numpy()
+            if self.n_exog_:
+                self.x_tail_ = tensors["x_tail"].numpy()
+                self.x_mean_ = tensors["x_mean"].numpy()
+                self.x_std_ = tensors["x_std"].numpy()
+            else:
+                self.x_tail_ = None
+        except KeyError as err:
+            raise ValueError(f"{str(path)!r} lacks {err}; the model folder is corrupted") from None
+        self.device_ = resolve_device(self.device)
+        with seeded(0):
+            self.net_ = self._build(self.n_features_)
+        io.load_state(self.net_, tensors, "net.", str(path))
+        self.net_.to(self.device_).eval()
+        h = state.get("history", {})
+        self.history_ = TrainHistory(h.get("train_loss", []), h.get("val_loss", []),
+                                     h.get("best_epoch", -1))
+        self.attention_ = None
+        return self

@@ -1,0 +1,113 @@
+"""Saving and loading fitted estimators: a folder with ``model.safetensors`` (every tensor:
+weights and fitted statistics) and ``config.json`` (the estimator's class, its constructor
+parameters and its fitted non-tensor state). Nothing is pickled, so loading a file from
+someone else runs no code of theirs.
+
+The folder is written under a temporary name beside the target and renamed into place, so an
+interrupted save never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+FORMAT = "attnlab-model"
+VERSION = 1
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+
+
+def write_model(path: str | Path, kind: str, params: dict, state: dict,
+                tensors: dict[str, torch.Tensor]) -> Path:
+    """Write the folder ``path`` atomically (replacing an existing one)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"path {str(path)!r} is a file; save() writes a folder "
+                         "(give a new name or a folder)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT, "kind": kind})
+        config = {"format": FORMAT, "version": VERSION, "kind": kind, "params": params,
+                  "state": state}
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        old = None
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
+            os.rmdir(old)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def read_model(path: str | Path, kind: str | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Read ``config`` and tensors from a folder written by :func:`write_model`.
+
+    Raises ValueError naming the file and what is wrong when it is not an attnlab model, was
+    written for another estimator than ``kind``, or is corrupted.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model folder {str(path)!r} does not exist; give the folder "
+                                "that save() or `attnlab fit ... --out` wrote")
+    cfg_path, w_path = path / CONFIG, path / WEIGHTS
+    for p in (cfg_path, w_path):
+        if not p.is_file():
+            raise ValueError(f"{str(path)!r} is not an attnlab model folder: {p.name} is "
+                             "missing")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{str(cfg_path)!r} is not valid JSON ({err}); the model folder is "
+                         "corrupted, save the model again") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise ValueError(f"{str(cfg_path)!r} is not an attnlab model config (expected "
+                         f"\"format\": \"{FORMAT}\"); load a folder written by save()")
+    if config.get("version") != VERSION:
+        raise ValueError(f"{str(cfg_path)!r} has format version {config.get('version')!r}; "
+                         f"this attnlab reads version {VERSION}")
+    if kind is not None and config.get("kind") != kind:
+        raise ValueError(f"{str(path)!r} holds a {config.get('kind')!r}, not a {kind!r}; load "
+                         f"it with attnlab.models.load() or {config.get('kind')}.load()")
+    for key in ("params", "state"):
+        if not isinstance(config.get(key), dict):
+            raise ValueError(f"{str(cfg_path)!r} has no {key!r} object; the model folder is "
+                             "corrupted, save the model again")
+    try:
+        tensors = load_file(str(w_path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{str(w_path)!r} is not a readable safetensors file ({err}); the "
+                         "model folder is corrupted, save the model again") from None
+    return config, tensors
+
+
+def load_state(module: torch.nn.Module, tensors: dict[str, torch.Tensor], prefix: str,
+               where: str) -> None:
+    """Load the ``prefix``-ed entries of ``tensors`` into ``module`` strictly, with an error
+    that names the missing or unexpected keys."""
+    state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    bad_shape = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+    if missing or unexpected or bad_shape:
+        raise ValueError(f"{where} does not match the model its config describes (missing "
+                         f"{missing[:3]}, unexpected {unexpected[:3]}, wrong shape "
+                         f"{bad_shape[:3]}); the folder is corrupted or mixed from two models")
+    module.load_state_dict(state)

@@ -1,0 +1,77 @@
+"""`attnlab fit forecast|tabular` and `attnlab predict`: files written, one-line usage errors."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab.cli import main
+
+
+def test_fit_tabular_example_then_predict(tmp_path, capsys):
+    out = tmp_path / "wine"
+    assert main(["fit", "tabular", "--example", "wine", "--folds", "2", "--max-epochs", "3",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "cross-validated accuracy" in text and "logistic regression" in text
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["task"] == "classification" and len(m["cv"]) == 3
+    assert all(len(v["folds"]) == 2 for v in m["cv"].values())
+    assert set(m["feature_importance"]) >= {"alcohol", "proline"}
+    for name in ("importance.png", "attention.png", "model.tex", "model.md",
+                 "model/model.safetensors", "model/config.json"):
+        assert (out / name).is_file()
+    assert r"\begin{align}" in (out / "model.tex").read_text()
+    from sklearn.datasets import load_wine
+
+    df = load_wine(as_frame=True).frame
+    df.to_csv(tmp_path / "rows.csv", index=False)
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "rows.csv"),
+                 "--target", "target", "--out", str(tmp_path / "pred.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    assert len(pred) == len(df) and list(pred.columns) == ["prediction", "p(0)", "p(1)", "p(2)"]
+
+
+def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
+    t = np.arange(150)
+    y = 5 + 0.1 * t + np.sin(2 * np.pi * t / 12) + 0.1 * np.random.default_rng(0).normal(size=150)
+    dates = pd.date_range("2000-01-01", periods=150, freq="MS")
+    pd.DataFrame({"month": dates.strftime("%Y-%m-%d"), "sales": y}).sample(
+        frac=1, random_state=0).to_csv(tmp_path / "s.csv", index=False)   # shuffled rows
+    out = tmp_path / "fc"
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "s.csv"), "--target", "sales",
+                 "--time", "month", "--season", "12", "--horizon", "6", "--origins", "2",
+                 "--max-epochs", "3", "--out", str(out)]) == 0
+    assert "MASE" in capsys.readouterr().out
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["forecast"]["time"][0] == "2012-07-01"       # the month after the last one
+    assert set(m["backtest"]) == {"attention", "seasonal_naive", "ets"}
+    for name in ("backtest.png", "attention.png", "forecast.png", "forecast.csv", "model.tex"):
+        assert (out / name).is_file()
+    assert main(["predict", "--model", str(out / "model"), "--horizon", "9",
+                 "--out", str(tmp_path / "f.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "f.csv")) == 9
+
+
+@pytest.mark.parametrize("args, words", [
+    (["fit", "tabular"], "give --csv F --target COL"),
+    (["fit", "tabular", "--example", "iris"], "unknown table example 'iris'"),
+    (["fit", "forecast", "--example", "co3"], "unknown series example"),
+    (["fit", "forecast", "--csv", "nope.csv", "--target", "y"], "does not exist"),
+    (["fit", "forecast", "--example", "co2", "--horizon", "0"], "--horizon must be"),
+    (["predict", "--model", "nowhere"], "does not exist"),
+])
+def test_usage_errors_are_one_line(args, words, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_csv_problems_are_named(tmp_path, capsys):
+    (tmp_path / "a.csv").write_text("x,y\n1,2\n3,4\n")
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "a.csv"), "--target", "z"]) == 2
+    assert "--target 'z' is not a column" in capsys.readouterr().err
+    (tmp_path / "b.csv").write_bytes(b"\xff\xfe\x00bad")
+    assert main(["fit", "tabular", "--csv", str(tmp_path / "b.csv"), "--target", "y"]) == 2
+    assert "not a readable CSV" in capsys.readouterr().err

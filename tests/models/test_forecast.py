@@ -1,0 +1,132 @@
+"""AttentionForecaster: fit / predict / backtest, clear errors, save -> load round trip."""
+
+import json
+
+import numpy as np
+import pytest
+
+from attnlab.models import AttentionForecaster, load
+from attnlab.models.forecast import forecast_errors, seasonal_naive
+
+FAST = dict(hidden_size=16, max_epochs=40, patience=10, seed=0)
+
+
+def _series(n=240, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return 10 + 0.05 * t + 2 * np.sin(2 * np.pi * t / 12) + 0.2 * rng.normal(size=n)
+
+
+def test_seasonal_naive_and_errors():
+    hist = np.arange(24.0)
+    assert seasonal_naive(hist, 5, 12).tolist() == [12, 13, 14, 15, 16]
+    assert seasonal_naive(hist, 14, 12)[12:].tolist() == [12, 13]
+    e = forecast_errors(np.array([1.0, 0.0, 2.0]), np.array([2.0, 1.0, 2.0]), scale=0.5)
+    assert e["MAE"] == pytest.approx(2 / 3) and e["MASE"] == pytest.approx(4 / 3)
+    assert e["RMSE"] == pytest.approx(np.sqrt(2 / 3))
+    assert e["MAPE"] == pytest.approx(50.0)                  # the zero actual is skipped
+
+
+@pytest.mark.parametrize("encoder", ["gru", "lstm", "transformer"])
+def test_fit_predict_shapes_and_attention(encoder):
+    y = _series()
+    f = AttentionForecaster(horizon=6, season=12, encoder=encoder, nhead=2, **FAST).fit(y)
+    p = f.predict()
+    assert p.shape == (6,) and np.isfinite(p).all()
+    assert f.attention_.shape == (36,) and f.attention_.sum() == pytest.approx(1, abs=1e-5)
+    assert (f.attention_ >= 0).all()
+    # Beyond the fitted horizon the forecast is recursive and continues the direct one.
+    long = f.predict(15)
+    assert long.shape == (15,) and np.allclose(long[:6], p)
+    # A history given explicitly gives the same forecast as the stored one.
+    assert np.allclose(f.predict(y=y), p)
+
+
+def test_backtest_beats_seasonal_naive_on_a_trending_seasonal_series():
+    y = _series(300)
+    bt = AttentionForecaster(horizon=12, season=12, **FAST).backtest(y, n_origins=4)
+    assert set(bt.metrics) == {"attention", "seasonal_naive", "ets"}
+    assert bt.actual.shape == (4, 12) and bt.attention.shape == (4, 36)
+    assert np.array_equal(bt.actual[-1], y[-12:])
+    # Seasonal naive lags the trend by a year (0.6 per step); the model must not.
+    assert bt.metrics["attention"]["MASE"] < 0.7 * bt.metrics["seasonal_naive"]["MASE"]
+    assert "| attention |" in bt.table()
+    assert len(bt.model.y_tail_) == 36 and bt.model.n_obs_ == int(bt.origins[0])
+
+
+def test_exogenous_columns():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=200)
+    y = np.convolve(x, [0, 1.0], mode="full")[:200] + 0.05 * rng.normal(size=200)  # y_t = x_{t-1}
+    f = AttentionForecaster(horizon=1, lookback=8, **FAST).fit(y, x[:, None])
+    assert f.predict().shape == (1,)
+    with pytest.raises(ValueError, match="exogenous"):
+        f.predict(y=y)                                     # X missing
+    with pytest.raises(ValueError, match="future exogenous"):
+        f.predict(3)
+
+
+@pytest.mark.parametrize("y, words", [
+    (np.r_[np.arange(50.0), np.nan, np.arange(50.0)], "position 50"),
+    (np.arange(20.0), "needs at least"),
+    (np.ones((30, 2)), "one series"),
+    (["a", "b"], "must be numbers"),
+])
+def test_bad_series_gets_a_clear_error(y, words):
+    with pytest.raises(ValueError, match=words):
+        AttentionForecaster(horizon=4, lookback=8).fit(y)
+
+
+@pytest.mark.parametrize("kw, words", [({"encoder": "cnn"}, "encoder must be"),
+                                       ({"horizon": 0}, "horizon"),
+                                       ({"encoder": "transformer", "hidden_size": 10,
+                                         "nhead": 4}, "divisible")])
+def test_bad_params(kw, words):
+    with pytest.raises(ValueError, match=words):
+        AttentionForecaster(**kw).fit(_series())
+
+
+def test_predict_before_fit():
+    with pytest.raises(RuntimeError, match="not fitted"):
+        AttentionForecaster().predict()
+
+
+def test_save_load_round_trip_and_bad_files(tmp_path):
+    y = _series()
+    f = AttentionForecaster(horizon=6, season=12, encoder="transformer", nhead=2,
+                            **FAST).fit(y)
+    path = f.save(tmp_path / "m")
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]
+    g = load(path)
+    assert isinstance(g, AttentionForecaster) and g.get_params() == f.get_params()
+    assert np.array_equal(g.predict(), f.predict())
+    assert np.array_equal(g.predict(20), f.predict(20))
+    f.save(path)                                           # overwriting is atomic and fine
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+    # Corrupted weights
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((path / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"\x00" * 40)
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        load(bad)
+    # A foreign JSON / a pickle in disguise
+    (bad / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ValueError, match="not an attnlab model config"):
+        load(bad)
+    (bad / "config.json").write_bytes(b"\x80\x04\x95pickle")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load(bad)
+    # Missing folder / file
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load(tmp_path / "nope")
+    (bad / "config.json").unlink()
+    with pytest.raises(ValueError, match="config.json is missing"):
+        load(bad)
+    # Weights that do not match the config
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["params"]["hidden_size"] = 32
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="does not match"):
+        load(path)
