@@ -35,7 +35,8 @@ def heatmap(matrix, path: str | Path, *, title: str, row_labels: Sequence[str] |
             ylabel: str = "query", cmap: str = "viridis", annotate: bool | None = None,
             vmin: float | None = None, vmax: float | None = None,
             colorbar_label: str = "", fmt: str = "{:.2f}", center: bool = False,
-            categories: Sequence[str] | None = None) -> Path:
+            categories: Sequence[str] | None = None,
+            figsize: tuple[float, float] | None = None) -> Path:
     """Draw a matrix as a heatmap with labelled axes; -inf cells (masked) are drawn hatched grey.
 
     Args:
@@ -45,6 +46,7 @@ def heatmap(matrix, path: str | Path, *, title: str, row_labels: Sequence[str] |
             most 12 x 12.
         center: make the colour scale symmetric around 0 (for signed scores).
         categories: draw integer cells 0..len-1 as discrete categories with these names.
+        figsize: inches; default grows with the matrix (0.75 per column, 0.6 per row).
     """
     m = np.asarray(matrix.detach().cpu() if hasattr(matrix, "detach") else matrix, dtype=float)
     n_rows, n_cols = m.shape
@@ -55,7 +57,7 @@ def heatmap(matrix, path: str | Path, *, title: str, row_labels: Sequence[str] |
     if center and np.isfinite(m).any():
         lim = float(np.abs(m[np.isfinite(m)]).max()) or 1.0
         vmin, vmax = -lim, lim
-    size = (max(4.0, 0.75 * n_cols + 2.5), max(3.0, 0.6 * n_rows + 1.8))
+    size = figsize or (max(4.0, 0.75 * n_cols + 2.5), max(3.0, 0.6 * n_rows + 1.8))
     fig, ax = plt.subplots(figsize=size, dpi=120)
     try:
         if categories is not None:

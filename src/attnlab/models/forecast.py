@@ -10,9 +10,12 @@ the next ``horizon`` values at once (direct multi-step). Two encoders:
 * ``"transformer"``: a pre-LN Transformer encoder over the window (sinusoidal positions), then
   the same attention pooling with the last step's state as the query.
 
-Scaling is inside: each window is expressed relative to its last observation (so a trend does
-not leave the range seen in training), divided by the spread of the training targets, and also
-given in absolute standardized form; exogenous columns are standardized; with a ``season`` the
+The network predicts the *change from seasonal naive* (from the last value when there is no
+season), and its output layer starts at zero: an untrained model is seasonal naive, and training
+moves away from it only as far as the validation windows support. Scaling is inside: each input
+window is expressed relative to its last observation (so a trend does not leave the range seen
+in training), divided by the spread of the training targets, and also given in absolute
+standardized form; exogenous columns are standardized; with a ``season`` the
 phase within the season is given as sin/cos. Exogenous columns are *past covariates*: the
 forecast at time T uses their values up to T, so predicting needs no future values of them.
 
@@ -53,6 +56,10 @@ class _Pool(nn.Module):
         self.w_k = nn.Linear(d, d)
         self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Dropout(dropout),
                                   nn.Linear(d, horizon))
+        # Start from the reference forecast (seasonal naive): the output layer begins at 0,
+        # so training only moves away from it as far as the data supports.
+        nn.init.zeros_(self.head[-1].weight)
+        nn.init.zeros_(self.head[-1].bias)
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # h (B, L, d) -> forecast (B, horizon), weights over the L steps (B, L)
@@ -221,9 +228,9 @@ class AttentionForecaster(BaseEstimator):
     """
 
     def __init__(self, horizon: int = 12, lookback: int | None = None, encoder: str = "gru",
-                 hidden_size: int = 64, num_layers: int = 1, nhead: int = 4,
+                 hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
                  dropout: float = 0.1, season: int | None = None, val_fraction: float = 0.2,
-                 max_epochs: int = 300, batch_size: int = 32, lr: float = 3e-3,
+                 max_epochs: int = 300, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 1e-4, patience: int = 30, clip_norm: float = 1.0,
                  seed: int = 0, device: str = "auto", verbose: bool = False):
         self.horizon = horizon
@@ -310,9 +317,16 @@ class AttentionForecaster(BaseEstimator):
             feats += [np.sin(phase)[..., None], np.cos(phase)[..., None]]
         return np.concatenate(feats, axis=-1)
 
+    def _reference(self, y: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Seasonal naive's forecast from each end, ``(len(ends), horizon)``: the network
+        predicts the change from it (with no season: from the last value)."""
+        m = self._season
+        h = np.arange(self.horizon)
+        return y[ends[:, None] - m + (h % m)[None, :]]
+
     def _targets(self, y: np.ndarray, ends: np.ndarray) -> np.ndarray:
         idx = ends[:, None] + np.arange(self.horizon)[None, :]
-        return (y[idx] - y[ends - 1][:, None]) / self.dscale_
+        return (y[idx] - self._reference(y, ends)) / self.dscale_
 
     def _min_length(self) -> int:
         return self._lookback + self.horizon + 10
@@ -334,7 +348,7 @@ class AttentionForecaster(BaseEstimator):
         device = resolve_device(self.device)
         ends = np.arange(L, len(y) - H + 1)                                 # first target index
         self.mean_, self.std_ = float(y.mean()), float(y.std()) or 1.0
-        deltas = y[ends[:, None] + np.arange(H)] - y[ends - 1][:, None]
+        deltas = y[ends[:, None] + np.arange(H)] - self._reference(y, ends)
         self.dscale_ = float(deltas.std()) or 1.0
         if X is not None:
             self.x_mean_ = X.mean(axis=0)
@@ -375,7 +389,8 @@ class AttentionForecaster(BaseEstimator):
         feats = self._features(y, X, np.array([len(y)]))
         x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
         out, w = self.net_(x)
-        pred = y[-1] + out[0].double().cpu().numpy() * self.dscale_
+        ref = self._reference(y, np.array([len(y)]))[0]
+        pred = ref + out[0].double().cpu().numpy() * self.dscale_
         return pred, w[0].double().cpu().numpy()
 
     def predict(self, horizon: int | None = None, y=None, X=None) -> np.ndarray:
@@ -483,6 +498,9 @@ class AttentionForecaster(BaseEstimator):
             enc = (r"\mathbf{h}_t", r"\mathrm{" + cell + r"}\left(\mathbf{x}_t, "
                    r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
                    r"\ldots, " + str(L))
+        m = self._season
+        ref = (r"y_{L + h - " + str(m) + r" \lceil h / " + str(m) + r" \rceil}" if m > 1
+               else "y_L")
         lines = [
             (r"\mathbf{x}_t", r"\left[\frac{y_t - y_L}{s_\Delta}, \frac{y_t - \mu}{\sigma}"
              + (r", \mathbf{z}_t" if getattr(self, "n_exog_", 0) else "")
@@ -495,15 +513,16 @@ class AttentionForecaster(BaseEstimator):
              + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
              r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
             (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
-            (r"\hat{y}_{L+h}", r"y_L + s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
+            (r"\hat{y}_{L+h}", ref + r" + s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
              r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L] + \mathbf{b}_1\right) + \mathbf{b}_2"
              r"\right]_h, \quad h = 1, \ldots, " + str(H)),
         ]
         where = [
             (r"y_1, \ldots, y_{" + str(L) + "}", f"the last {L} observations (lookback)"),
             (r"\mu, \sigma", "mean and standard deviation of the training series"),
-            (r"s_\Delta", "standard deviation of the training targets' change from the last "
-             "observation"),
+            (r"s_\Delta", "standard deviation, over the training windows, of the targets' "
+             "change from the reference forecast " + ("(seasonal naive)" if m > 1 else
+                                                       "(the last value)")),
             (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
              "query and key projections"),
             (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "

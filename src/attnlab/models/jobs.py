@@ -182,7 +182,8 @@ def plot_forecast_attention(bt, path, index, name: str) -> Path:
     return heatmap(bt.attention, path, title=f"{name}: attention over the past {L} steps, "
                    "per forecast origin", row_labels=rows, col_labels=cols,
                    xlabel="past time step (lag before the origin)", ylabel="forecast origin",
-                   colorbar_label="attention weight", annotate=False)
+                   colorbar_label="attention weight", annotate=False,
+                   figsize=(min(12.0, 0.22 * L + 3.5), 0.35 * len(rows) + 2.2))
 
 
 def plot_future(y, future, weights, lookback: int, path, name: str) -> Path:

@@ -296,7 +296,9 @@ class _FeatureAttentionBase(BaseEstimator):
             f"{type(self).__name__}: attention between feature tokens (mean of rows, heads, "
             "layers)"), row_labels=names, col_labels=names, xlabel="attended token",
             ylabel="attending token", colorbar_label="attention weight",
-            annotate=len(names) <= 14)
+            annotate=len(names) <= 14,
+            figsize=None if len(names) <= 14 else (min(14.0, 0.32 * len(names) + 4.5),
+                                                    min(12.0, 0.28 * len(names) + 3.0)))
 
     def plot_importance(self, path: str | Path, title: str | None = None) -> Path:
         """Bar chart of ``feature_importances_``, largest on top."""
