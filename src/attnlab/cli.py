@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -336,6 +337,106 @@ def fit_tabular_cmd(
         table.add_row(label, f"{v['mean']:.4f}", f"{v['std']:.4f}")
     console.print(table)
     console.print(f"results written to {out}/: " + ", ".join(Path(p).name for p in m["files"]))
+
+
+@fit_app.command("graph")
+def fit_graph_cmd(
+    edges: Optional[Path] = typer.Option(None, help="Edge-list CSV: source, target columns."),
+    features: Optional[Path] = typer.Option(None, help="Node CSV: node id, then numeric "
+                                            "features (default: one-hot node ids)."),
+    labels: Optional[Path] = typer.Option(None, help="Labels CSV: node id, label (empty = "
+                                          "unknown); labelled nodes are the training set."),
+    example: Optional[str] = typer.Option(None, help="'karate': Zachary's karate club, 2 "
+                                          "labelled members per faction, 20 seeds vs label "
+                                          "propagation."),
+    max_epochs: int = typer.Option(200, help="Training epochs."),
+    seed: int = typer.Option(0, help="Random seed."),
+    out: Path = typer.Option(Path("out/graph"), help="Folder for the results."),
+):
+    """Node classification with graph attention (GAT); draw the graph with edge width by
+    attention."""
+    import json
+
+    from attnlab._files import write_text_atomic
+    from attnlab.models import graph as G
+
+    try:
+        if example is not None:
+            if example != "karate":
+                raise UsageError(f"unknown graph example {example!r}; the bundled one is karate")
+            if edges is not None:
+                raise UsageError("give either --edges or --example, not both")
+            with console.status("karate club: 20 seeds of GAT and label propagation"):
+                study = G.karate_study(max_epochs=max_epochs)
+            g = G.karate()
+            mask = np.zeros(g.num_nodes, dtype=bool)
+            mask[study["rows"][seed % 20]["train_nodes"]] = True
+            metrics = {"example": "karate", **study}
+        else:
+            if edges is None or labels is None:
+                raise UsageError("give --edges E.csv --labels Y.csv [--features X.csv] (or "
+                                 "--example karate)")
+            g = G.from_csv(edges, features, labels)
+            mask = np.array([v is not None for v in g.y])
+            metrics = {"nodes": g.num_nodes, "edges": int(g.edge_index.shape[1]),
+                       "labelled": int(mask.sum())}
+        clf = G.GATClassifier(max_epochs=max_epochs, seed=seed).fit(g, mask)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    metrics["train_accuracy"] = clf.score(mask)
+    out.mkdir(parents=True, exist_ok=True)
+    pred = clf.predict()
+    write_text_atomic(out / "predictions.csv", "node,prediction,labelled\n" + "".join(
+        f"{n},{p},{int(m)}\n" for n, p, m in zip(g.names, pred, mask)))
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    figs = [G.plot_graph(clf, out / "graph.png", mask),
+            G.plot_attention_matrix(clf, out / "attention.png")]
+    write_text_atomic(out / "model.tex", clf.to_latex())
+    write_text_atomic(out / "model.md", clf.to_markdown())
+    clf.save(out / "model")
+    if example is not None:
+        console.print(f"karate club, 2 labelled members per faction, 20 seeds: GAT accuracy "
+                      f"{metrics['gat_mean']:.3f} ± {metrics['gat_std']:.3f}, label propagation "
+                      f"{metrics['lp_mean']:.3f} ± {metrics['lp_std']:.3f} (GAT better on "
+                      f"{metrics['gat_wins']}, tied on {metrics['ties']})")
+    else:
+        console.print(f"{g.num_nodes} nodes, {int(mask.sum())} labelled; training accuracy "
+                      f"{metrics['train_accuracy']:.3f}")
+    console.print(f"results written to {out}/: predictions.csv, metrics.json, "
+                  + ", ".join(Path(p).name for p in figs) + ", model.tex, model.md, model")
+
+
+demo_app = typer.Typer(help="Small end-to-end demonstrations.", no_args_is_help=True,
+                       rich_markup_mode=None)
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.command("seq2seq")
+def demo_seq2seq(
+    out: Path = typer.Option(Path("out/seq2seq"), help="Folder for the alignment figures."),
+    seed: int = typer.Option(0, help="Random seed."),
+    text: str = typer.Option("31415926", help="Digits to reverse for the alignment figure."),
+):
+    """Train a GRU encoder-decoder with additive attention to reverse digit strings (about a
+    minute on CPU) and draw its alignment."""
+    import json
+
+    from attnlab._files import write_text_atomic
+    from attnlab.models.seq2seq import ReversalSeq2Seq, plot_alignment
+
+    if not text or not text.isdigit() or len(text) > 12:
+        raise UsageError(f"--text must be 1 to 12 digits, got {text!r}")
+    with console.status("training the reversal seq2seq model"):
+        model = ReversalSeq2Seq(seed=seed, verbose=True).fit()
+    acc = model.exact_match(1000)
+    tr = model.translate([text])[0]
+    fig = plot_alignment(tr, out / "alignment.png")
+    write_text_atomic(out / "metrics.json", json.dumps(
+        {"exact_match": acc, "epochs": model.history_.epochs, "example": text,
+         "output": tr.output}, indent=2) + "\n")
+    write_text_atomic(out / "model.tex", model.to_latex())
+    console.print(f"exact match on 1000 held-out strings: {acc:.1%}; {text} -> {tr.output}")
+    console.print(f"results written to {out}/: {fig.name}, metrics.json, model.tex")
 
 
 @app.command()

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.models.forecast import AttentionForecaster, BacktestResult
+from attnlab.models.graph import GATClassifier, Graph
+from attnlab.models.seq2seq import ReversalSeq2Seq
 from attnlab.models.tabular import FeatureAttentionClassifier, FeatureAttentionRegressor
 from attnlab.models.training import TrainConfig, TrainHistory, train
 
 ESTIMATORS = {cls.__name__: cls for cls in (AttentionForecaster, FeatureAttentionClassifier,
-                                            FeatureAttentionRegressor)}
+                                            FeatureAttentionRegressor, GATClassifier)}
 
 
 def load(path: str | Path, device: str | None = None):
@@ -29,5 +31,5 @@ def load(path: str | Path, device: str | None = None):
 
 
 __all__ = ["AttentionForecaster", "BacktestResult", "FeatureAttentionClassifier",
-           "FeatureAttentionRegressor", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
+           "FeatureAttentionRegressor", "GATClassifier", "Graph", "ReversalSeq2Seq", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
            "train"]

@@ -9,6 +9,7 @@ Face's ``attention_mask`` (1 = real token).
 from attnlab.nn.additive import AdditiveAttention, CosineAttention, GeneralAttention
 from attnlab.nn.bert import BertConfig, BertModel, BertOutput, load_default, mean_pool
 from attnlab.nn.efficient import LinformerProjection, PerformerAttention
+from attnlab.nn.graph import GATConv
 from attnlab.nn.multihead import MultiheadAttention
 from attnlab.nn.position import (
     LearnedPositionalEncoding,
@@ -21,6 +22,7 @@ from attnlab.nn.position import (
 from attnlab.nn.transformer import Encoder, EncoderLayer, EncoderLayerOutput, EncoderOutput, FeedForward
 
 __all__ = [
+    "GATConv",
     "AdditiveAttention",
     "BertConfig",
     "BertModel",
