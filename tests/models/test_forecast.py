@@ -130,3 +130,16 @@ def test_save_load_round_trip_and_bad_files(tmp_path):
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="does not match"):
         load(path)
+
+
+def test_lookback_shorter_than_the_season():
+    # The reference forecast (seasonal naive) needs a full season of history even when the
+    # window the network reads is shorter.
+    y = _series(200)
+    f = AttentionForecaster(horizon=3, lookback=4, season=12, **FAST).fit(y)
+    assert len(f.y_tail_) == 12 and f.attention_ is None
+    p = f.predict()
+    assert p.shape == (3,) and f.attention_.shape == (4,)
+    assert np.allclose(f.predict(y=y), p)
+    with pytest.raises(ValueError, match="last 12"):
+        f.predict(y=y[:8])

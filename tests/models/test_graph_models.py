@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from attnlab.cli import main
 from attnlab.models import GATClassifier, ReversalSeq2Seq, load

@@ -22,7 +22,7 @@ def load(path: str | Path, device: str | None = None):
     """Load any estimator saved with ``save()``, whichever class it is."""
     from attnlab.models import io
 
-    config, _ = io.read_model(path)
+    config = io.read_config(path)
     cls = ESTIMATORS.get(config.get("kind"))
     if cls is None:
         raise ValueError(f"{str(path)!r} holds a {config.get('kind')!r}, which this attnlab "

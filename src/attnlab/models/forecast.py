@@ -40,7 +40,8 @@ from sklearn.base import BaseEstimator
 from attnlab.core.api import attention
 from attnlab.models import io
 from attnlab.models.latex import Equations
-from attnlab.models.training import TrainConfig, TrainHistory, resolve_device, seeded, train
+from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
+                                     seeded, train)
 from attnlab.nn.position import sinusoidal_table
 from attnlab.nn.transformer import Encoder, EncoderLayer
 
@@ -265,33 +266,14 @@ class AttentionForecaster(BaseEstimator):
         return 3 * self._season if self._season > 1 else 24
 
     def _check_params(self) -> None:
-        def positive_int(name):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-
-        for name in ("horizon", "hidden_size", "num_layers", "nhead"):
-            positive_int(name)
-        if self.lookback is not None:
-            positive_int("lookback")
-        if self.season is not None:
-            positive_int("season")
+        check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
+                     optional_ints=("lookback", "season"), fractions=("val_fraction", "dropout"))
         if self.encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got "
                              f"{self.encoder!r}")
         if self.encoder == "transformer" and self.hidden_size % self.nhead:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by nhead "
                              f"({self.nhead}) for the transformer encoder")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-
-    def _config(self) -> TrainConfig:
-        return TrainConfig(max_epochs=self.max_epochs, batch_size=self.batch_size, lr=self.lr,
-                           weight_decay=self.weight_decay, patience=self.patience,
-                           clip_norm=self.clip_norm, seed=self.seed, device=self.device,
-                           verbose=self.verbose)
 
     def _build(self, n_features: int) -> nn.Module:
         if self.encoder == "transformer":
@@ -302,8 +284,10 @@ class AttentionForecaster(BaseEstimator):
 
     # ---- features -----------------------------------------------------------------------
 
-    def _features(self, y: np.ndarray, X: np.ndarray | None, ends: np.ndarray) -> np.ndarray:
-        """Input windows ending just before each index in ``ends``: ``(len(ends), L, F)``."""
+    def _features(self, y: np.ndarray, X: np.ndarray | None, ends: np.ndarray,
+                  offset: int = 0) -> np.ndarray:
+        """Input windows ending just before each index in ``ends``: ``(len(ends), L, F)``.
+        ``offset`` is the position of ``y[0]`` in the fitted series (for the seasonal phase)."""
         L = self._lookback
         idx = ends[:, None] - L + np.arange(L)[None, :]                   # (W, L)
         win = y[idx]                                                        # (W, L)
@@ -313,7 +297,7 @@ class AttentionForecaster(BaseEstimator):
         if X is not None:
             feats.append((X[idx] - self.x_mean_) / self.x_std_)             # (W, L, p)
         if self._season > 1:
-            phase = 2 * np.pi * (idx % self._season) / self._season
+            phase = 2 * np.pi * ((idx + offset) % self._season) / self._season
             feats += [np.sin(phase)[..., None], np.cos(phase)[..., None]]
         return np.concatenate(feats, axis=-1)
 
@@ -328,8 +312,13 @@ class AttentionForecaster(BaseEstimator):
         idx = ends[:, None] + np.arange(self.horizon)[None, :]
         return (y[idx] - self._reference(y, ends)) / self.dscale_
 
+    @property
+    def _history(self) -> int:
+        """Observations one forecast needs: the window, and one season for the reference."""
+        return max(self._lookback, self._season)
+
     def _min_length(self) -> int:
-        return self._lookback + self.horizon + 10
+        return self._history + self.horizon + 10
 
     # ---- fit / predict ------------------------------------------------------------------
 
@@ -344,9 +333,9 @@ class AttentionForecaster(BaseEstimator):
             raise ValueError(f"y has {len(y)} observations; lookback {L} + horizon {H} needs at "
                              f"least {self._min_length()} (10 training windows); shorten "
                              "lookback or horizon, or give a longer series")
-        config = self._config()
+        config = TrainConfig.of(self)
         device = resolve_device(self.device)
-        ends = np.arange(L, len(y) - H + 1)                                 # first target index
+        ends = np.arange(self._history, len(y) - H + 1)                     # first target index
         self.mean_, self.std_ = float(y.mean()), float(y.std()) or 1.0
         deltas = y[ends[:, None] + np.arange(H)] - self._reference(y, ends)
         self.dscale_ = float(deltas.std()) or 1.0
@@ -370,8 +359,8 @@ class AttentionForecaster(BaseEstimator):
             self.history_ = train(self.net_, loss_fn, train_data, val_data, config,
                                   description=f"{self.encoder} forecaster")
         self.n_features_ = int(inputs.shape[-1])
-        self.y_tail_ = y[-L:].copy()
-        self.x_tail_ = None if X is None else X[-L:].copy()
+        self.y_tail_ = y[-self._history:].copy()
+        self.x_tail_ = None if X is None else X[-self._history:].copy()
         self.n_obs_ = len(y)
         self.attention_ = None
         self.device_ = device
@@ -382,11 +371,12 @@ class AttentionForecaster(BaseEstimator):
             raise RuntimeError("this AttentionForecaster is not fitted yet; call fit(y) first")
 
     @torch.no_grad()
-    def _forecast(self, y: np.ndarray, X: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """One direct forecast of ``horizon`` steps after the end of ``y`` (positions counted
-        from the start of the fitted series), and the attention over the window."""
+    def _forecast(self, y: np.ndarray, X: np.ndarray | None,
+                  offset: int) -> tuple[np.ndarray, np.ndarray]:
+        """One direct forecast of ``horizon`` steps after the end of ``y`` (whose first value
+        sits at position ``offset`` of the fitted series), and the attention over the window."""
         self.net_.eval()
-        feats = self._features(y, X, np.array([len(y)]))
+        feats = self._features(y, X, np.array([len(y)]), offset)
         x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
         out, w = self.net_(x)
         ref = self._reference(y, np.array([len(y)]))[0]
@@ -414,9 +404,10 @@ class AttentionForecaster(BaseEstimator):
             hist = _as_series(y)
             xh = _as_exog(X, len(hist))
             offset = 0
-            if len(hist) < self._lookback:
-                raise ValueError(f"y has {len(hist)} observations; the model reads the last "
-                                 f"{self._lookback} (lookback), give at least that many")
+            if len(hist) < self._history:
+                raise ValueError(f"y has {len(hist)} observations; a forecast reads the last "
+                                 f"{self._history} (lookback, and one season for the "
+                                 "reference), give at least that many")
         if (xh is None) != (self.n_exog_ == 0) or (xh is not None and xh.shape[1] != self.n_exog_):
             raise ValueError(f"the model was fitted with {self.n_exog_} exogenous column(s); "
                              f"X must have as many, got "
@@ -424,12 +415,9 @@ class AttentionForecaster(BaseEstimator):
         if horizon > self.horizon and self.n_exog_:
             raise ValueError(f"horizon {horizon} > fitted horizon {self.horizon} needs future "
                              "exogenous values; refit with a longer horizon")
-        # Positions matter for the seasonal phase: pad the front so index = position.
-        series = np.concatenate([np.zeros(offset), hist])
-        xs = None if xh is None else np.concatenate([np.zeros((offset, xh.shape[1])), xh])
-        preds, first_w = [], None
+        series, preds, first_w = hist, [], None
         while sum(len(p) for p in preds) < horizon:
-            p, w = self._forecast(series, xs)
+            p, w = self._forecast(series, xh, offset)
             first_w = w if first_w is None else first_w
             preds.append(p)
             series = np.concatenate([series, p])
@@ -549,7 +537,7 @@ class AttentionForecaster(BaseEstimator):
     def save(self, path: str | Path) -> Path:
         """Write ``path/model.safetensors`` and ``path/config.json`` (no pickle)."""
         self._check_fitted()
-        tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
+        tensors = io.net_tensors(self.net_)
         tensors["y_tail"] = torch.tensor(self.y_tail_)
         if self.n_exog_:
             tensors["x_tail"] = torch.tensor(self.x_tail_)
@@ -562,35 +550,20 @@ class AttentionForecaster(BaseEstimator):
     @classmethod
     def load(cls, path: str | Path, device: str | None = None) -> "AttentionForecaster":
         """Load a forecaster written by :meth:`save`."""
-        config, tensors = io.read_model(path, cls.__name__)
-        params = dict(config["params"])
-        if device is not None:
-            params["device"] = device
-        try:
-            self = cls(**params)
-            self._check_params()
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{str(path)!r}: config.json has invalid params ({err})") from None
-        state = config["state"]
+        self, state, tensors = io.open_model(cls, path, device)
         try:
             for k in cls._STATE:
                 setattr(self, k, state[k])
             self.y_tail_ = tensors["y_tail"].numpy()
+            self.x_tail_ = self.x_mean_ = self.x_std_ = None
             if self.n_exog_:
                 self.x_tail_ = tensors["x_tail"].numpy()
                 self.x_mean_ = tensors["x_mean"].numpy()
                 self.x_std_ = tensors["x_std"].numpy()
-            else:
-                self.x_tail_ = None
         except KeyError as err:
             raise ValueError(f"{str(path)!r} lacks {err}; the model folder is corrupted") from None
-        self.device_ = resolve_device(self.device)
-        with seeded(0):
-            self.net_ = self._build(self.n_features_)
-        io.load_state(self.net_, tensors, "net.", str(path))
-        self.net_.to(self.device_).eval()
-        h = state.get("history", {})
-        self.history_ = TrainHistory(h.get("train_loss", []), h.get("val_loss", []),
-                                     h.get("best_epoch", -1))
+        self.net_ = io.restore_net(lambda: self._build(self.n_features_), tensors, path,
+                                   self.device_)
+        self.history_ = TrainHistory.from_dict(state.get("history", {}))
         self.attention_ = None
         return self

@@ -190,11 +190,13 @@ class GATClassifier:
                              weight_decay=self.weight_decay, patience=self.patience,
                              clip_norm=0.0, seed=self.seed, verbose=self.verbose)
         with seeded(self.seed, self.device_):
-            self.net_ = _GAT(x.shape[1], self.hidden, self.heads, len(classes),
-                             self.dropout).to(self.device_)
+            self.net_ = self._build(x.shape[1]).to(self.device_)
             self.history_: TrainHistory = train(self.net_, loss_fn, (tr,), val, config, "GAT")
         self.graph_ = graph
         return self
+
+    def _build(self, n_features: int) -> _GAT:
+        return _GAT(n_features, self.hidden, self.heads, len(self.classes_), self.dropout)
 
     @staticmethod
     def _mask(mask, n: int, name: str) -> np.ndarray:
@@ -283,7 +285,7 @@ class GATClassifier:
         ``path/config.json`` (params, classes, labels, node names)."""
         self._check_fitted()
         g = self.graph_
-        tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
+        tensors = io.net_tensors(self.net_)
         tensors["graph.x"] = g.x.float()
         tensors["graph.edge_index"] = g.edge_index
         state = {"classes": [str(c) for c in self.classes_],
@@ -293,27 +295,16 @@ class GATClassifier:
 
     @classmethod
     def load(cls, path: str | Path, device: str | None = None) -> "GATClassifier":
-        config, tensors = io.read_model(path, cls.__name__)
-        params = dict(config["params"])
-        if device is not None:
-            params["device"] = device
+        self, s, tensors = io.open_model(cls, path, device)
         try:
-            self = cls(**params)
-            s = config["state"]
             self.classes_ = np.asarray(s["classes"], dtype=object)
             g = Graph(tensors["graph.x"], tensors["graph.edge_index"], list(s["labels"]),
                       list(s["names"]))
         except (TypeError, KeyError) as err:
             raise ValueError(f"{str(path)!r}: the model folder is corrupted ({err})") from None
-        self.device_ = resolve_device(self.device)
-        with seeded(0):
-            self.net_ = _GAT(g.x.shape[1], self.hidden, self.heads, len(self.classes_),
-                             self.dropout)
-        io.load_state(self.net_, tensors, "net.", str(path))
-        self.net_.to(self.device_).eval()
-        h = s.get("history", {})
-        self.history_ = TrainHistory(h.get("train_loss", []), h.get("val_loss", []),
-                                     h.get("best_epoch", -1))
+        self.net_ = io.restore_net(lambda: self._build(g.x.shape[1]), tensors, path,
+                                   self.device_)
+        self.history_ = TrainHistory.from_dict(s.get("history", {}))
         self.graph_ = g
         return self
 

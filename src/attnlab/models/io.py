@@ -62,6 +62,18 @@ def read_model(path: str | Path, kind: str | None = None) -> tuple[dict, dict[st
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    config = read_config(path, kind)
+    w_path = Path(path) / WEIGHTS
+    try:
+        tensors = load_file(str(w_path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{str(w_path)!r} is not a readable safetensors file ({err}); the "
+                         "model folder is corrupted, save the model again") from None
+    return config, tensors
+
+
+def read_config(path: str | Path, kind: str | None = None) -> dict:
+    """The checked ``config.json`` of a model folder (see :func:`read_model`)."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"model folder {str(path)!r} does not exist; give the folder "
@@ -89,12 +101,7 @@ def read_model(path: str | Path, kind: str | None = None) -> tuple[dict, dict[st
         if not isinstance(config.get(key), dict):
             raise ValueError(f"{str(cfg_path)!r} has no {key!r} object; the model folder is "
                              "corrupted, save the model again")
-    try:
-        tensors = load_file(str(w_path))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"{str(w_path)!r} is not a readable safetensors file ({err}); the "
-                         "model folder is corrupted, save the model again") from None
-    return config, tensors
+    return config
 
 
 def load_state(module: torch.nn.Module, tensors: dict[str, torch.Tensor], prefix: str,
@@ -111,3 +118,39 @@ def load_state(module: torch.nn.Module, tensors: dict[str, torch.Tensor], prefix
                          f"{missing[:3]}, unexpected {unexpected[:3]}, wrong shape "
                          f"{bad_shape[:3]}); the folder is corrupted or mixed from two models")
     module.load_state_dict(state)
+
+
+def open_model(cls, path: str | Path, device: str | None = None):
+    """Read a folder written for ``cls`` and build an unfitted instance from its params
+    (``device`` overrides the saved one). Returns ``(instance, state, tensors)``; the
+    instance's ``device_`` is set."""
+    from attnlab.models.training import resolve_device
+
+    config, tensors = read_model(path, cls.__name__)
+    params = dict(config["params"])
+    if device is not None:
+        params["device"] = device
+    try:
+        obj = cls(**params)
+        if hasattr(obj, "_check_params"):
+            obj._check_params()
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{str(path)!r}: config.json has invalid params ({err})") from None
+    obj.device_ = resolve_device(obj.device)
+    return obj, config["state"], tensors
+
+
+def restore_net(build, tensors: dict[str, torch.Tensor], path, device) -> torch.nn.Module:
+    """``build()`` a network (its random init is discarded), load the ``net.`` tensors into
+    it strictly, move it to ``device`` in eval mode."""
+    from attnlab.models.training import seeded
+
+    with seeded(0):
+        net = build()
+    load_state(net, tensors, "net.", str(path))
+    return net.to(device).eval()
+
+
+def net_tensors(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A network's state under the ``net.`` prefix that :func:`restore_net` reads."""
+    return {f"net.{k}": v for k, v in net.state_dict().items()}

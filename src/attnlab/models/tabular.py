@@ -33,7 +33,8 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 
 from attnlab.models import io
 from attnlab.models.latex import Equations
-from attnlab.models.training import TrainConfig, TrainHistory, resolve_device, seeded, train
+from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
+                                     seeded, train)
 from attnlab.nn.transformer import Encoder, EncoderLayer
 
 
@@ -116,23 +117,16 @@ class _FeatureAttentionBase(BaseEstimator):
     # ---- parameters and input -----------------------------------------------------------
 
     def _check_params(self):
-        for name in ("d_token", "n_blocks", "nhead"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_params(self, ints=("d_token", "n_blocks", "nhead"),
+                     fractions=("dropout", "val_fraction"))
         if self.d_token % self.nhead:
             raise ValueError(f"d_token ({self.d_token}) must be divisible by nhead "
                              f"({self.nhead})")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
 
-    def _config(self) -> TrainConfig:
-        return TrainConfig(max_epochs=self.max_epochs, batch_size=self.batch_size, lr=self.lr,
-                           weight_decay=self.weight_decay, patience=self.patience,
-                           clip_norm=self.clip_norm, seed=self.seed, device=self.device,
-                           verbose=self.verbose)
+    def _build(self, n_out: int) -> _FTNet:
+        cards = [len(self.categories_[c]) + 1 for c in self.cat_columns_]
+        return _FTNet(len(self.num_columns_), cards, self.d_token, self.n_blocks, self.nhead,
+                      self.dropout, n_out)
 
     def _split_frame(self, X, fit: bool):
         """A DataFrame with categorical columns -> (numeric array, category codes)."""
@@ -231,14 +225,12 @@ class _FeatureAttentionBase(BaseEstimator):
             tr, va = train_test_split(idx, test_size=n_val, random_state=self.seed,
                                       stratify=strat)
         tr_t, va_t = torch.as_tensor(tr, device=self.device_), torch.as_tensor(va, device=self.device_)
-        cards = [len(self.categories_[c]) + 1 for c in self.cat_columns_]
         with seeded(self.seed, self.device_):
-            self.net_ = _FTNet(x_num.shape[1], cards, self.d_token, self.n_blocks, self.nhead,
-                               self.dropout, n_out()).to(self.device_)
+            self.net_ = self._build(n_out()).to(self.device_)
             self.history_ = train(
                 self.net_, loss_fn, (x_num[tr_t], x_cat[tr_t], t[tr_t]),
-                (x_num[va_t], x_cat[va_t], t[va_t]) if len(va) else None, self._config(),
-                description=type(self).__name__)
+                (x_num[va_t], x_cat[va_t], t[va_t]) if len(va) else None,
+                TrainConfig.of(self), description=type(self).__name__)
         self.feature_importances_ = self._importance(x_num, x_cat)
         return self
 
@@ -385,7 +377,7 @@ class _FeatureAttentionBase(BaseEstimator):
         """Write ``path/model.safetensors`` and ``path/config.json`` (no pickle)."""
         check_is_fitted(self, "net_")
         q = self.quantile_
-        tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
+        tensors = io.net_tensors(self.net_)
         tensors["feature_importances"] = torch.tensor(self.feature_importances_)
         if self.num_columns_:
             tensors["quantile.quantiles"] = torch.tensor(q.quantiles_)
@@ -402,16 +394,7 @@ class _FeatureAttentionBase(BaseEstimator):
     @classmethod
     def load(cls, path: str | Path, device: str | None = None):
         """Load an estimator written by :meth:`save`."""
-        config, tensors = io.read_model(path, cls.__name__)
-        params = dict(config["params"])
-        if device is not None:
-            params["device"] = device
-        try:
-            self = cls(**params)
-            self._check_params()
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{str(path)!r}: config.json has invalid params ({err})") from None
-        s = config["state"]
+        self, s, tensors = io.open_model(cls, path, device)
         try:
             self.num_columns_, self.cat_columns_ = list(s["num_columns"]), list(s["cat_columns"])
             self.categories_ = {k: list(v) for k, v in s["categories"].items()}
@@ -432,16 +415,8 @@ class _FeatureAttentionBase(BaseEstimator):
         except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{str(path)!r} lacks {err}; the model folder is corrupted"
                              ) from None
-        self.device_ = resolve_device(self.device)
-        cards = [len(self.categories_[c]) + 1 for c in self.cat_columns_]
-        with seeded(0):
-            self.net_ = _FTNet(len(self.num_columns_), cards, self.d_token, self.n_blocks,
-                               self.nhead, self.dropout, n_out)
-        io.load_state(self.net_, tensors, "net.", str(path))
-        self.net_.to(self.device_).eval()
-        h = s.get("history", {})
-        self.history_ = TrainHistory(h.get("train_loss", []), h.get("val_loss", []),
-                                     h.get("best_epoch", -1))
+        self.net_ = io.restore_net(lambda: self._build(n_out), tensors, path, self.device_)
+        self.history_ = TrainHistory.from_dict(s.get("history", {}))
         return self
 
     def _load_extra_state(self, state: dict) -> None:

@@ -13,7 +13,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -43,6 +43,28 @@ class TrainConfig:
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
+    @classmethod
+    def of(cls, estimator) -> "TrainConfig":
+        """The config from an estimator's attributes of the same names."""
+        return cls(**{f.name: getattr(estimator, f.name) for f in fields(cls)
+                      if hasattr(estimator, f.name)})
+
+
+def check_params(estimator, ints: tuple[str, ...] = (), optional_ints: tuple[str, ...] = (),
+                 fractions: tuple[str, ...] = ()) -> None:
+    """Estimator parameters: ``ints`` must be ints >= 1, ``optional_ints`` the same or None,
+    ``fractions`` must lie in [0, 1)."""
+    for name in ints + optional_ints:
+        v = getattr(estimator, name)
+        if v is None and name in optional_ints:
+            continue
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    for name in fractions:
+        v = getattr(estimator, name)
+        if not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ValueError(f"{name} must be in [0, 1), got {v!r}")
+
 
 @dataclass
 class TrainHistory:
@@ -51,6 +73,11 @@ class TrainHistory:
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
     best_epoch: int = -1
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainHistory":
+        return cls(list(d.get("train_loss", [])), list(d.get("val_loss", [])),
+                   int(d.get("best_epoch", -1)))
 
     @property
     def epochs(self) -> int:
