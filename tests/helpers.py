@@ -54,3 +54,19 @@ def assert_backend_matches(q, k, v, backend, dtype, grad=True, factor=2.0, grad_
                                                         if torch.isfinite(gold[1]).any() else 1), 1)
         assert torch.equal(torch.isneginf(got[1]), torch.isneginf(gold[1]))
     return gold, got
+
+
+def loose_shift_inputs(scale: float, n: int = 90, d: int = 16, d_v: int = 5):
+    """q, k, v (float64, ``(1, 2, n, ·)``) whose scores stay near 0 while the Cauchy-Schwarz
+    softmax shift |q||k| grows with ``scale``: queries and keys live in orthogonal halves of
+    the head dim (plus a small overlap). At ``scale`` 60 exp(score - shift) underflows, which
+    sends the backends that use the bound to their exact-max fallback."""
+    g = torch.Generator().manual_seed(0)
+    h = d // 2
+    q = torch.zeros(1, 2, n, d, dtype=torch.float64)
+    k = torch.zeros(1, 2, n, d, dtype=torch.float64)
+    q[..., :h] = torch.randn(1, 2, n, h, generator=g, dtype=torch.float64) * scale
+    k[..., h:] = torch.randn(1, 2, n, h, generator=g, dtype=torch.float64) * scale
+    k[..., :h] = torch.randn(1, 2, n, h, generator=g, dtype=torch.float64) * 0.1
+    v = torch.randn(1, 2, n, d_v, generator=g, dtype=torch.float64)
+    return q, k, v

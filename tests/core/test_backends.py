@@ -8,7 +8,7 @@ import torch
 
 import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, masks
-from tests.helpers import assert_backend_matches
+from tests.helpers import assert_backend_matches, loose_shift_inputs
 
 # (batch, N_q, N_k, D_k, D_v): distinct sizes so a swapped axis fails.
 SMALL_SHAPES = [
@@ -167,13 +167,7 @@ def test_tiled_shift_bound_far_from_the_true_max(scale, causal, small_tiles):
     # Unmasked tiles subtract the Cauchy-Schwarz bound |q||k| instead of the row max. Queries
     # and keys in orthogonal halves of the head dim keep every score near 0 while the bound grows
     # with `scale`; at 60 the row sums underflow and those tiles are redone with the exact max.
-    g = torch.Generator().manual_seed(0)
-    q = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
-    k = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
-    q[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
-    k[..., 8:] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
-    k[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * 0.1
-    v = torch.randn(1, 2, 90, 5, generator=g, dtype=torch.float64)
+    q, k, v = loose_shift_inputs(scale)
     ref = attention(q, k, v, causal=causal, backend="reference", return_lse=True)
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
         out = attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal, backend="tiled",

@@ -9,7 +9,7 @@ import attnlab.core.backends.blocksparse as bs_mod
 from attnlab import attention, masks, which_backend
 from attnlab.core.layout import BlockLayout, block_layout
 from tests.core.test_backends import SMALL_SHAPES, _inputs
-from tests.helpers import assert_backend_matches
+from tests.helpers import assert_backend_matches, loose_shift_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -125,13 +125,7 @@ def test_band_path_shift_bound_far_from_the_true_max(scale):
     # Queries and keys in orthogonal halves of the head dim: every score is 0 while the
     # Cauchy-Schwarz shift |q||k| grows with `scale`; at 60 the row sums underflow and the run
     # is redone with the exact max. The result must not depend on it.
-    g = torch.Generator().manual_seed(0)
-    q = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
-    k = torch.zeros(1, 2, 90, 16, dtype=torch.float64)
-    q[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
-    k[..., 8:] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * scale
-    k[..., :8] = torch.randn(1, 2, 90, 8, generator=g, dtype=torch.float64) * 0.1
-    v = torch.randn(1, 2, 90, 5, generator=g, dtype=torch.float64)
+    q, k, v = loose_shift_inputs(scale)
     for dtype in (torch.float64, torch.float32):
         ref = attention(q, k, v, window=(10, 10), backend="reference", return_lse=True)
         out = attention(q.to(dtype), k.to(dtype), v.to(dtype), window=(10, 10),

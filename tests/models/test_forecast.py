@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnlab.models import AttentionForecaster, load
-from attnlab.models.forecast import forecast_errors, seasonal_naive
+from attnlab.models.baselines import forecast_errors, seasonal_naive
 
 FAST = dict(hidden_size=16, max_epochs=40, patience=10, seed=0)
 

@@ -1,4 +1,4 @@
-"""The jobs behind ``attnlab fit forecast``, ``attnlab fit tabular`` and ``attnlab predict``:
+"""The jobs behind ``attnlab fit forecast|tabular|graph`` and ``attnlab predict``:
 load data, evaluate against baselines, fit the final model, write metrics, figures, the model
 and its equations into one folder. Every file is written atomically.
 """
@@ -302,6 +302,43 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     est.save(out / "model")
     metrics["files"] = [str(p) for p in figs] + [str(out / n) for n in (
         "metrics.json", "model.tex", "model.md", "model")]
+    return metrics
+
+
+# ---- graphs ---------------------------------------------------------------------------------
+
+def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
+              **params) -> dict:
+    """Fit a GATClassifier on the labelled nodes and write predictions, metrics, figures, the
+    model and its equations. With ``karate_seeds`` (the karate club), first run the study of
+    :func:`~attnlab.models.graph.karate_study` and fit on the split of ``seed``."""
+    from attnlab.models import graph as G
+
+    out = Path(out)
+    if karate_seeds:
+        study = G.karate_study(n_seeds=karate_seeds, **params)
+        mask = np.zeros(graph.num_nodes, dtype=bool)
+        mask[study["rows"][seed % karate_seeds]["train_nodes"]] = True
+        metrics = {"example": "karate", **study}
+    else:
+        mask = np.array([v is not None for v in graph.y])
+        metrics = {}
+    metrics.update(nodes=graph.num_nodes, edges=int(graph.edge_index.shape[1]),
+                   labelled=int(mask.sum()))
+    clf = G.GATClassifier(seed=seed, **params).fit(graph, mask)
+    metrics["train_accuracy"] = clf.score(mask)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [f"{n},{p},{int(m)}" for n, p, m in zip(graph.names, clf.predict(), mask)]
+    write_text_atomic(out / "predictions.csv", "node,prediction,labelled\n" + "\n".join(rows)
+                      + "\n")
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    figs = [G.plot_graph(clf, out / "graph.png", mask),
+            G.plot_attention_matrix(clf, out / "attention.png")]
+    write_text_atomic(out / "model.tex", clf.to_latex())
+    write_text_atomic(out / "model.md", clf.to_markdown())
+    clf.save(out / "model")
+    metrics["files"] = [str(out / "predictions.csv"), str(out / "metrics.json")] + [
+        str(p) for p in figs] + [str(out / n) for n in ("model.tex", "model.md", "model")]
     return metrics
 
 

@@ -1,0 +1,241 @@
+"""``attnlab fit forecast|tabular|graph``, ``attnlab predict`` and ``attnlab demo seq2seq``:
+thin commands over :mod:`attnlab.models.jobs`. Usage errors follow :mod:`attnlab.cli`: one
+line, exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from attnlab.cli import UsageError, app, console
+
+fit_app = typer.Typer(help="Train an applied attention model, evaluate it against baselines, "
+                      "and write metrics, figures, the model and its LaTeX equations.",
+                      no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(fit_app, name="fit")
+
+
+def _say(text: str) -> None:
+    console.print(f"[dim]{text}[/dim]")
+
+
+def _positive(name: str, value: Optional[int]) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"{name} must be a whole number >= 1, got {value}")
+
+
+@fit_app.command("forecast")
+def fit_forecast_cmd(
+    csv: Optional[Path] = typer.Option(None, help="CSV with the series (one row per time step)."),
+    target: Optional[str] = typer.Option(None, help="Column of --csv to forecast."),
+    time: Optional[str] = typer.Option(None, help="Date column of --csv (rows are sorted by it)."),
+    exog: Optional[str] = typer.Option(None, help="Comma-separated past-covariate columns."),
+    example: Optional[str] = typer.Option(None, help="Bundled series instead of --csv: co2 or "
+                                          "sunspots."),
+    horizon: Optional[int] = typer.Option(None, help="Steps to forecast (example default: one "
+                                          "season)."),
+    season: Optional[int] = typer.Option(None, help="Seasonal period, e.g. 12 for monthly data."),
+    lookback: Optional[int] = typer.Option(None, help="Past steps the model reads (default 3 "
+                                           "seasons, or 24)."),
+    encoder: str = typer.Option("gru", help="gru, lstm or transformer."),
+    origins: Optional[int] = typer.Option(None, help="Rolling-origin backtest origins."),
+    max_epochs: int = typer.Option(300, help="Most training epochs (early stopping decides)."),
+    seed: int = typer.Option(0, help="Random seed."),
+    out: Path = typer.Option(Path("out/forecast"), help="Folder for the results."),
+):
+    """Forecast a time series with attention over past steps; backtest against seasonal naive
+    and ETS."""
+    from attnlab.models import datasets, jobs
+
+    _positive("--horizon", horizon)
+    _positive("--season", season)
+    _positive("--lookback", lookback)
+    _positive("--origins", origins)
+    try:
+        if example is not None:
+            if csv is not None:
+                raise UsageError("give either --csv or --example, not both")
+            ex = datasets.load_series(example)
+            y, X, name = ex.y, None, example
+            horizon = horizon or ex.horizon
+            season = season or ex.season
+            origins = origins or ex.n_origins
+        else:
+            if csv is None or target is None:
+                raise UsageError("give --csv F --target COL (or --example co2|sunspots)")
+            cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
+            y, X = jobs.series_from_csv(csv, target, time, cols)
+            name = target
+            horizon = horizon or (season or 12)
+            origins = origins or 10
+        with console.status("fitting (backtest, then the final model)"):
+            m = jobs.fit_forecast(y, out, X=X, horizon=horizon, season=season,
+                                  n_origins=origins, name=name, say=_say, encoder=encoder,
+                                  lookback=lookback, max_epochs=max_epochs, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    table = Table(title=f"{name}: backtest over {origins} origins, horizon {horizon}",
+                  title_justify="left")
+    for col in ("method", "MAE", "RMSE", "MAPE %", "MASE"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for method, v in sorted(m["backtest"].items(), key=lambda kv: kv[1]["MASE"]):
+        table.add_row(method, f"{v['MAE']:.3f}", f"{v['RMSE']:.3f}", f"{v['MAPE']:.2f}",
+                      f"{v['MASE']:.3f}")
+    console.print(table)
+    console.print(f"results written to {out}/: " + ", ".join(Path(p).name for p in m["files"]))
+
+
+@fit_app.command("tabular")
+def fit_tabular_cmd(
+    csv: Optional[Path] = typer.Option(None, help="CSV with one row per example."),
+    target: Optional[str] = typer.Option(None, help="Column of --csv to predict."),
+    example: Optional[str] = typer.Option(None, help="Bundled table instead of --csv: diabetes, "
+                                          "breast_cancer or wine."),
+    task: str = typer.Option("auto", help="auto, classification or regression."),
+    folds: int = typer.Option(5, help="Cross-validation folds."),
+    max_epochs: int = typer.Option(200, help="Most training epochs (early stopping decides)."),
+    seed: int = typer.Option(0, help="Random seed."),
+    out: Path = typer.Option(Path("out/tabular"), help="Folder for the results."),
+):
+    """Attention over table features (FT-Transformer); cross-validate against linear and
+    gradient-boosting baselines."""
+    from attnlab.models import datasets, jobs
+
+    _positive("--folds", folds)
+    if folds < 2:
+        raise UsageError(f"--folds must be at least 2, got {folds}")
+    try:
+        if example is not None:
+            if csv is not None:
+                raise UsageError("give either --csv or --example, not both")
+            X, y, ex_task = datasets.load_table(example)
+            task = ex_task if task == "auto" else task
+            name = example
+        else:
+            if csv is None or target is None:
+                raise UsageError("give --csv F --target COL (or --example diabetes|"
+                                 "breast_cancer|wine)")
+            df = jobs.read_csv(csv)
+            jobs._column(df, target, "--target", csv)
+            if df[target].isna().any():
+                raise UsageError(f"--target column {target!r} has empty cells; drop those rows")
+            X, y, name = df.drop(columns=[target]), df[target], target
+        with console.status("cross-validating, then fitting the final model"):
+            m = jobs.fit_tabular(X, y, out, task=task, folds=folds, name=name, say=_say,
+                                 max_epochs=max_epochs, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    table = Table(title=f"{name}: {folds}-fold cross-validated {m['scoring']} ({m['task']})",
+                  title_justify="left")
+    for col in ("model", "mean", "std"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for label, v in sorted(m["cv"].items(), key=lambda kv: -kv[1]["mean"]):
+        table.add_row(label, f"{v['mean']:.4f}", f"{v['std']:.4f}")
+    console.print(table)
+    console.print(f"results written to {out}/: " + ", ".join(Path(p).name for p in m["files"]))
+
+
+@fit_app.command("graph")
+def fit_graph_cmd(
+    edges: Optional[Path] = typer.Option(None, help="Edge-list CSV: source, target columns."),
+    features: Optional[Path] = typer.Option(None, help="Node CSV: node id, then numeric "
+                                            "features (default: one-hot node ids)."),
+    labels: Optional[Path] = typer.Option(None, help="Labels CSV: node id, label (empty = "
+                                          "unknown); labelled nodes are the training set."),
+    example: Optional[str] = typer.Option(None, help="'karate': Zachary's karate club, 2 "
+                                          "labelled members per faction, 20 seeds vs label "
+                                          "propagation."),
+    max_epochs: int = typer.Option(200, help="Training epochs."),
+    seed: int = typer.Option(0, help="Random seed."),
+    out: Path = typer.Option(Path("out/graph"), help="Folder for the results."),
+):
+    """Node classification with graph attention (GAT); draw the graph with edge width by
+    attention."""
+    from attnlab.models import graph as G
+    from attnlab.models import jobs
+
+    try:
+        if example is not None:
+            if example != "karate":
+                raise UsageError(f"unknown graph example {example!r}; the bundled one is karate")
+            if edges is not None:
+                raise UsageError("give either --edges or --example, not both")
+            with console.status("karate club: 20 seeds of GAT and label propagation"):
+                m = jobs.fit_graph(G.karate(), out, karate_seeds=20, max_epochs=max_epochs,
+                                   seed=seed)
+        else:
+            if edges is None or labels is None:
+                raise UsageError("give --edges E.csv --labels Y.csv [--features X.csv] (or "
+                                 "--example karate)")
+            m = jobs.fit_graph(G.from_csv(edges, features, labels), out,
+                               max_epochs=max_epochs, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    if example is not None:
+        console.print(f"karate club, 2 labelled members per faction, 20 seeds: GAT accuracy "
+                      f"{m['gat_mean']:.3f} ± {m['gat_std']:.3f}, label propagation "
+                      f"{m['lp_mean']:.3f} ± {m['lp_std']:.3f} (GAT better on "
+                      f"{m['gat_wins']}, tied on {m['ties']})")
+    else:
+        console.print(f"{m['nodes']} nodes, {m['labelled']} labelled; training accuracy "
+                      f"{m['train_accuracy']:.3f}")
+    console.print(f"results written to {out}/: " + ", ".join(Path(p).name for p in m["files"]))
+
+
+demo_app = typer.Typer(help="Small end-to-end demonstrations.", no_args_is_help=True,
+                       rich_markup_mode=None)
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.command("seq2seq")
+def demo_seq2seq(
+    out: Path = typer.Option(Path("out/seq2seq"), help="Folder for the alignment figures."),
+    seed: int = typer.Option(0, help="Random seed."),
+    text: str = typer.Option("31415926", help="Digits to reverse for the alignment figure."),
+):
+    """Train a GRU encoder-decoder with additive attention to reverse digit strings (about a
+    minute on CPU) and draw its alignment."""
+    import json
+
+    from attnlab._files import write_text_atomic
+    from attnlab.models.seq2seq import ReversalSeq2Seq, plot_alignment
+
+    if not text or not text.isdigit() or len(text) > 12:
+        raise UsageError(f"--text must be 1 to 12 digits, got {text!r}")
+    with console.status("training the reversal seq2seq model"):
+        model = ReversalSeq2Seq(seed=seed, verbose=True).fit()
+    acc = model.exact_match(1000)
+    tr = model.translate([text])[0]
+    fig = plot_alignment(tr, out / "alignment.png")
+    write_text_atomic(out / "metrics.json", json.dumps(
+        {"exact_match": acc, "epochs": model.history_.epochs, "example": text,
+         "output": tr.output}, indent=2) + "\n")
+    write_text_atomic(out / "model.tex", model.to_latex())
+    console.print(f"exact match on 1000 held-out strings: {acc:.1%}; {text} -> {tr.output}")
+    console.print(f"results written to {out}/: {fig.name}, metrics.json, model.tex")
+
+
+@app.command()
+def predict(
+    model: Path = typer.Option(..., help="Model folder written by `attnlab fit` (its model/)."),
+    csv: Optional[Path] = typer.Option(None, help="Rows to predict (tabular), or the series to "
+                                       "continue (forecast, with --target)."),
+    target: Optional[str] = typer.Option(None, help="Series column (forecast) or a column to "
+                                         "ignore (tabular)."),
+    time: Optional[str] = typer.Option(None, help="Date column of --csv (forecast)."),
+    horizon: Optional[int] = typer.Option(None, help="Steps to forecast (default: as fitted)."),
+    out: Path = typer.Option(Path("out/predictions.csv"), help="CSV to write."),
+):
+    """Predict with a saved model: a forecast, or one prediction per CSV row."""
+    from attnlab.models import jobs
+
+    _positive("--horizon", horizon)
+    try:
+        path, rows = jobs.predict_saved(model, out, csv=csv, target=target, time=time,
+                                        horizon=horizon)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"{rows} prediction(s) written to {path}")
