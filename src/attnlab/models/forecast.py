@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 
 from attnlab.core.api import attention
 from attnlab.models import io
@@ -416,7 +416,7 @@ class AttentionForecaster(BaseEstimator):
             raise ValueError(f"baselines must be among seasonal_naive, naive, ets; got "
                              f"{sorted(unknown)}")
         t0 = int(origins[0])
-        model = type(self)(**self.get_params()).fit(y[:t0], None if X is None else X[:t0])
+        model = clone(self).fit(y[:t0], None if X is None else X[:t0])
         scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
         actual = np.stack([y[t:t + H] for t in origins])
         names = ["attention"] + list(baselines)

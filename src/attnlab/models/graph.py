@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from sklearn.base import BaseEstimator
 
 from attnlab.models import io
 from attnlab.models.latex import Equations
@@ -125,8 +126,9 @@ class _GAT(nn.Module):
         return (x, a1, a2) if return_attention else x
 
 
-class GATClassifier:
-    """Two-layer GAT for transductive node classification.
+class GATClassifier(BaseEstimator):
+    """Two-layer GAT for transductive node classification (``BaseEstimator`` gives it
+    ``get_params`` / ``set_params``; ``fit`` takes a graph and a mask, not scikit-learn's X, y).
 
     Args:
         hidden, heads: first layer's size per head and number of heads (8 x 8 in the paper).
@@ -148,11 +150,6 @@ class GATClassifier:
         self.lr, self.weight_decay = lr, weight_decay
         self.max_epochs, self.patience = max_epochs, patience
         self.seed, self.device, self.verbose = seed, device, verbose
-
-    def get_params(self) -> dict:
-        return {k: getattr(self, k) for k in ("hidden", "heads", "dropout", "lr",
-                                              "weight_decay", "max_epochs", "patience", "seed",
-                                              "device", "verbose")}
 
     def fit(self, graph: Graph, train_mask, val_mask=None) -> "GATClassifier":
         """Fit on the nodes of ``train_mask`` (bool, one per node) that have labels."""
