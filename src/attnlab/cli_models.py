@@ -42,12 +42,14 @@ def fit_forecast_cmd(
                                            "seasons, or 24)."),
     encoder: str = typer.Option("gru", help="gru, lstm or transformer."),
     origins: Optional[int] = typer.Option(None, help="Rolling-origin backtest origins."),
+    refit: bool = typer.Option(False, "--refit", help="Refit the model at every backtest "
+                               "origin (as ETS and AR are); origins times slower."),
     max_epochs: int = typer.Option(300, help="Most training epochs (early stopping decides)."),
     seed: int = typer.Option(0, help="Random seed."),
     out: Path = typer.Option(Path("out/forecast"), help="Folder for the results."),
 ):
-    """Forecast a time series with attention over past steps; backtest against seasonal naive
-    and ETS."""
+    """Forecast a time series with attention over past steps; backtest against seasonal naive,
+    ETS and AR."""
     from attnlab.models import datasets, jobs
 
     _positive("--horizon", horizon)
@@ -73,7 +75,8 @@ def fit_forecast_cmd(
             origins = origins or 10
         with console.status("fitting (backtest, then the final model)"):
             m = jobs.fit_forecast(y, out, X=X, horizon=horizon, season=season,
-                                  n_origins=origins, name=name, say=_say, encoder=encoder,
+                                  n_origins=origins, name=name, say=_say, refit=refit,
+                                  encoder=encoder,
                                   lookback=lookback, max_epochs=max_epochs, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None

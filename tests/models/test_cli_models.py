@@ -42,11 +42,12 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     out = tmp_path / "fc"
     assert main(["fit", "forecast", "--csv", str(tmp_path / "s.csv"), "--target", "sales",
                  "--time", "month", "--season", "12", "--horizon", "6", "--origins", "2",
-                 "--max-epochs", "3", "--out", str(out)]) == 0
+                 "--refit", "--max-epochs", "3", "--out", str(out)]) == 0
     assert "MASE" in capsys.readouterr().out
     m = json.loads((out / "metrics.json").read_text())
     assert m["forecast"]["time"][0] == "2012-07-01"       # the month after the last one
-    assert set(m["backtest"]) == {"attention", "seasonal_naive", "ets"}
+    assert set(m["backtest"]) == {"attention", "seasonal_naive", "ets", "ar"}
+    assert m["refit"] is True
     for name in ("backtest.png", "attention.png", "forecast.png", "forecast.csv", "model.tex"):
         assert (out / name).is_file()
     assert main(["predict", "--model", str(out / "model"), "--horizon", "9",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnlab.models import AttentionForecaster, load
-from attnlab.models.baselines import forecast_errors, seasonal_naive
+from attnlab.models.baselines import ar_forecast, forecast_errors, seasonal_naive
 
 FAST = dict(hidden_size=16, max_epochs=40, patience=10, seed=0)
 
@@ -45,13 +45,47 @@ def test_fit_predict_shapes_and_attention(encoder):
 def test_backtest_beats_seasonal_naive_on_a_trending_seasonal_series():
     y = _series(300)
     bt = AttentionForecaster(horizon=12, season=12, **FAST).backtest(y, n_origins=4)
-    assert set(bt.metrics) == {"attention", "seasonal_naive", "ets"}
+    assert set(bt.metrics) == {"attention", "seasonal_naive", "ets", "ar"}
     assert bt.actual.shape == (4, 12) and bt.attention.shape == (4, 36)
     assert np.array_equal(bt.actual[-1], y[-12:])
     # Seasonal naive lags the trend by a year (0.6 per step); the model must not.
     assert bt.metrics["attention"]["MASE"] < 0.7 * bt.metrics["seasonal_naive"]["MASE"]
     assert "| attention |" in bt.table()
     assert len(bt.model.y_tail_) == 36 and bt.model.n_obs_ == int(bt.origins[0])
+
+
+def test_backtest_refit_fits_a_model_at_every_origin():
+    y = _series(200)
+    kw = dict(horizon=6, season=12, max_epochs=3, hidden_size=8, seed=0)
+    once = AttentionForecaster(**kw).backtest(y, n_origins=3, baselines=())
+    every = AttentionForecaster(**kw).backtest(y, n_origins=3, baselines=(), refit=True)
+    # The first origin's model is the same either way; later origins use models fitted on
+    # their own history, identical to fitting one by hand.
+    assert np.array_equal(once.forecasts["attention"][0], every.forecasts["attention"][0])
+    assert not np.allclose(once.forecasts["attention"][1:], every.forecasts["attention"][1:])
+    t = int(every.origins[-1])
+    by_hand = AttentionForecaster(**kw).fit(y[:t]).predict()
+    assert np.array_equal(every.forecasts["attention"][-1], by_hand)
+    assert every.model.n_obs_ == int(every.origins[0])
+    with pytest.raises(ValueError, match="seasonal_naive, naive, ets, ar"):
+        AttentionForecaster(**kw).backtest(y, n_origins=3, baselines=("arima",))
+
+
+def test_ar_baseline_recovers_an_autoregression():
+    # y_t = 1.6 y_{t-1} - 0.8 y_{t-2} + e: a damped cycle of about 11 steps, no fixed season.
+    rng = np.random.default_rng(0)
+    y = np.zeros(400)
+    for t in range(2, 400):
+        y[t] = 1.6 * y[t - 1] - 0.8 * y[t - 2] + rng.normal()
+    y += 50
+    true = np.array([y[-1], y[-2]])
+    for h in range(3):                                   # noise-free continuation
+        true = np.r_[50 + 1.6 * (true[0] - 50) - 0.8 * (true[1] - 50), true[:1]]
+    fc = ar_forecast(y, 3, season=11)
+    assert fc.shape == (3,) and abs(fc[2] - true[0]) < 0.5
+    bt = AttentionForecaster(horizon=5, season=11, max_epochs=2, hidden_size=8).backtest(
+        y, n_origins=4, baselines=("seasonal_naive", "ar"))
+    assert bt.metrics["ar"]["MASE"] < 0.8 * bt.metrics["seasonal_naive"]["MASE"]
 
 
 def test_exogenous_columns():

@@ -20,8 +20,9 @@ phase within the season is given as sin/cos. Exogenous columns are *past covaria
 forecast at time T uses their values up to T, so predicting needs no future values of them.
 
 The rolling-origin :meth:`AttentionForecaster.backtest` fits once on the data before the first
-origin and forecasts from each origin with the history up to it, next to seasonal naive and a
-statsmodels ETS model refitted at every origin; errors are MAE, RMSE, MAPE and MASE.
+origin (or, with ``refit=True``, at every origin) and forecasts from each origin with the
+history up to it, next to seasonal naive and statsmodels ETS (and optionally AutoReg) refitted
+at every origin; errors are MAE, RMSE, MAPE and MASE.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from sklearn.base import BaseEstimator, clone
 
 from attnlab.core.api import attention
 from attnlab.models import io
-from attnlab.models.baselines import ets_forecast, forecast_errors, seasonal_naive
+from attnlab.models.baselines import (ar_forecast, ets_forecast, forecast_errors,
+                                      seasonal_naive)
 from attnlab.models.latex import Equations
 from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
                                      seeded, train)
@@ -110,7 +112,8 @@ class BacktestResult:
         forecasts: ``{method: (n_origins, horizon)}``.
         attention: ``(n_origins, lookback)`` the forecaster's weights over past steps
             (column j is lag ``lookback - j``).
-        model: the forecaster fitted on ``y[:origins[0]]``.
+        model: the forecaster fitted on ``y[:origins[0]]`` (with ``refit``, the first of
+            the ones fitted).
     """
 
     metrics: dict[str, dict[str, float]]
@@ -391,13 +394,16 @@ class AttentionForecaster(BaseEstimator):
     # ---- backtest -----------------------------------------------------------------------
 
     def backtest(self, y, X=None, n_origins: int = 10, step: int | None = None,
-                 baselines: tuple[str, ...] = ("seasonal_naive", "ets")) -> BacktestResult:
+                 baselines: tuple[str, ...] = ("seasonal_naive", "ets", "ar"),
+                 refit: bool = False) -> BacktestResult:
         """Rolling-origin evaluation. Origins ``T_k`` are the last ``n_origins`` positions
         ``step`` apart (default ``horizon``: non-overlapping test windows) such that every
         forecast ``y[T_k : T_k + horizon]`` lies inside ``y``. A copy of this forecaster is
-        fitted once on ``y[:T_0]``; from each origin it forecasts with the history
-        ``y[:T_k]``. Baselines see the same history (ETS is refitted at each origin).
-        MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
+        fitted once on ``y[:T_0]`` and forecasts from each origin with the history
+        ``y[:T_k]``; with ``refit=True`` a fresh copy is fitted on ``y[:T_k]`` at every origin
+        (as the statistical baselines are), ``n_origins`` times the cost.
+        Baselines (``"seasonal_naive"``, ``"naive"``, ``"ets"``, ``"ar"``) see the same
+        history. MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
         self._check_params()
         y = _as_series(y)
         X = _as_exog(X, len(y))
@@ -411,30 +417,31 @@ class AttentionForecaster(BaseEstimator):
             raise ValueError(f"y has {len(y)} observations: {n_origins} origins {step} apart "
                              f"with horizon {H} leave {origins[0]} for training, fewer than "
                              f"the {self._min_length()} needed; use fewer origins")
-        unknown = set(baselines) - {"seasonal_naive", "naive", "ets"}
+        known = {"seasonal_naive": lambda h: seasonal_naive(h, H, m),
+                 "naive": lambda h: seasonal_naive(h, H, 1),
+                 "ets": lambda h: ets_forecast(h, H, m), "ar": lambda h: ar_forecast(h, H, m)}
+        unknown = set(baselines) - set(known)
         if unknown:
-            raise ValueError(f"baselines must be among seasonal_naive, naive, ets; got "
+            raise ValueError(f"baselines must be among {', '.join(known)}; got "
                              f"{sorted(unknown)}")
         t0 = int(origins[0])
-        model = clone(self).fit(y[:t0], None if X is None else X[:t0])
+        model = first = clone(self).fit(y[:t0], None if X is None else X[:t0])
         scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
         actual = np.stack([y[t:t + H] for t in origins])
         names = ["attention"] + list(baselines)
         fc = {name: [] for name in names}
         weights = []
         for t in origins:
-            fc["attention"].append(model.predict(H, y[:t], None if X is None else X[:t]))
+            xt = None if X is None else X[:t]
+            if refit and t != t0:
+                model = clone(self).fit(y[:t], xt)
+            fc["attention"].append(model.predict(H, y[:t], xt))
             weights.append(model.attention_)
             for name in baselines:
-                if name == "seasonal_naive":
-                    fc[name].append(seasonal_naive(y[:t], H, m))
-                elif name == "naive":
-                    fc[name].append(seasonal_naive(y[:t], H, 1))
-                else:
-                    fc[name].append(ets_forecast(y[:t], H, m))
+                fc[name].append(known[name](y[:t]))
         forecasts = {k: np.stack(v) for k, v in fc.items()}
         metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
-        return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), model)
+        return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first)
 
     # ---- equations, save / load ---------------------------------------------------------
 

@@ -74,16 +74,18 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
 
 def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int | None = None,
                  n_origins: int = 10, name: str = "series", say: Say = _quiet,
-                 **params) -> dict:
-    """Backtest, fit on the whole series, forecast ahead; write everything under ``out``."""
+                 refit: bool = False, **params) -> dict:
+    """Backtest (``refit``: a model fitted at every origin), fit on the whole series,
+    forecast ahead; write everything under ``out``."""
     import pandas as pd
 
     from attnlab.models.forecast import AttentionForecaster
 
     out = Path(out)
     model = AttentionForecaster(horizon=horizon, season=season, **params)
-    say(f"backtest: {n_origins} origins, horizon {horizon}, encoder {model.encoder}")
-    bt = model.backtest(y, X, n_origins=n_origins)
+    say(f"backtest: {n_origins} origins, horizon {horizon}, encoder {model.encoder}"
+        + (", refitted at every origin" if refit else ""))
+    bt = model.backtest(y, X, n_origins=n_origins, refit=refit)
     say("fitting the final model on the whole series")
     model.fit(y, X)
     future = model.predict()
@@ -92,7 +94,8 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     dates = _future_index(index, horizon)
     metrics = {"series": name, "n_obs": int(len(y)), "horizon": horizon,
                "season": season, "lookback": model._lookback, "encoder": model.encoder,
-               "n_origins": n_origins, "origins": [_label(index, t) for t in bt.origins],
+               "n_origins": n_origins, "refit": refit,
+               "origins": [_label(index, t) for t in bt.origins],
                "backtest": bt.metrics, "epochs_final": model.history_.epochs,
                "best_epoch_final": model.history_.best_epoch,
                "forecast": {"step": list(range(1, horizon + 1)), "value": future.tolist(),
@@ -152,7 +155,7 @@ def plot_backtest(y, bt, path, name: str) -> Path:
     H = bt.actual.shape[1]
     start = max(0, int(bt.origins[0]) - 3 * H)
     colors = {"attention": "#d62728", "seasonal_naive": "#7f7f7f", "naive": "#bcbd22",
-              "ets": "#2ca02c"}
+              "ets": "#2ca02c", "ar": "#1f77b4"}
     fig, ax = plt.subplots(figsize=(10, 4), dpi=120)
     try:
         ax.plot(x[start:], yv[start:], color="black", linewidth=1.2, label="observed")
