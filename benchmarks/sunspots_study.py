@@ -1,0 +1,127 @@
+"""How hard seasonal naive is to beat on the yearly sunspot numbers 11 years ahead, measured
+on the history before the evaluation origins of docs/applied.md (so nothing here looks at
+them), and then on the evaluation origins with every model refitted at each origin.
+
+    python benchmarks/sunspots_study.py [--out DIR] [--seeds 3] [--more]
+
+``--more`` adds six further variants of the network before the evaluation period (about 8
+minutes more).
+
+Writes DIR/summary.md and DIR/sunspots_origins.png (MASE per origin and method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.models import AttentionForecaster
+from attnlab.models.baselines import forecast_errors
+from attnlab.models.datasets import load_series
+
+VARIANTS = {"attention (defaults)": {}, "attention, lookback 11": {"lookback": 11},
+            "attention, transformer": {"encoder": "transformer"}}
+MORE = {"attention, lstm": {"encoder": "lstm"}, "attention, hidden 16": {"hidden_size": 16},
+        "attention, lookback 22": {"lookback": 22}, "attention, lr 3e-4": {"lr": 3e-4},
+        "attention, dropout 0.3, weight decay 1e-2": {"dropout": 0.3, "weight_decay": 1e-2},
+        "attention, 30% validation, patience 50": {"val_fraction": 0.3, "patience": 50}}
+BASELINES = ("seasonal_naive", "ar", "ets")
+
+
+def study(y: np.ndarray, n_origins: int, seeds: int, variants: dict) -> tuple[dict, dict, object]:
+    """Every method refitted at every origin; returns ({method: MASE}, {method: per-origin
+    MASE}, the last backtest)."""
+    ex = load_series("sunspots")
+    forecasts, bt = {}, None
+    for label, kw in variants.items():
+        runs = []
+        for seed in range(seeds):
+            f = AttentionForecaster(horizon=ex.horizon, season=ex.season, seed=seed, **kw)
+            bt = f.backtest(y, n_origins=n_origins, baselines=BASELINES if bt is None else (),
+                            refit=True)
+            if len(bt.forecasts) > 1:
+                base = {k: v for k, v in bt.forecasts.items() if k != "attention"}
+            runs.append(bt.forecasts["attention"])
+        forecasts[f"{label}, seed 0"] = runs[0]
+        forecasts[f"{label}, mean of {seeds} seeds"] = np.mean(runs, axis=0)
+    forecasts.update(base)
+    forecasts["(seasonal_naive + ar) / 2"] = (base["seasonal_naive"] + base["ar"]) / 2
+    m, t0 = ex.season, int(bt.origins[0])
+    scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
+    total = {k: forecast_errors(bt.actual, v, scale)["MASE"] for k, v in forecasts.items()}
+    per = {k: np.abs(v - bt.actual).mean(axis=1) / scale for k, v in forecasts.items()}
+    return total, per, bt
+
+
+def table(total: dict) -> list[str]:
+    sn = total["seasonal_naive"]
+    lines = ["| method | MASE | vs seasonal naive |", "|---|---|---|"]
+    for k, v in sorted(total.items(), key=lambda kv: kv[1]):
+        lines.append(f"| {k} | {v:.3f} | {v / sn:.2f}x |")
+    return lines
+
+
+def plot(per: dict, origins: np.ndarray, years: np.ndarray, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # The ensembles of the main variants and the baselines (the others are in the table).
+    keep = [k for k in per if not k.startswith("attention")
+            or any(k.startswith(f"{v}, mean of") for v in VARIANTS)]
+    mat = np.stack([per[k] for k in keep])
+    rel = mat / mat[keep.index("seasonal_naive")]
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    im = ax.imshow(np.log2(rel), cmap="RdBu_r", vmin=-1.5, vmax=1.5, aspect="auto")
+    for i in range(rel.shape[0]):
+        for j in range(rel.shape[1]):
+            dark = abs(np.log2(rel[i, j])) > 1.0
+            ax.text(j, i, f"{rel[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
+    ax.set_yticks(range(len(keep)), keep, fontsize=8)
+    ax.set_xticks(range(len(origins)), [str(years[t]) for t in origins], rotation=45,
+                  fontsize=8)
+    ax.set_xlabel("forecast origin (first forecast year); 11 years ahead from each")
+    ax.set_title("sunspots before 1954: each method's MAE / seasonal naive's MAE per origin "
+                 "(blue: better than seasonal naive)", fontsize=9)
+    fig.colorbar(im, ax=ax, label="log2 ratio", fraction=0.03)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=130)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def run(out: Path, seeds: int, more: bool = False) -> str:
+    ex = load_series("sunspots")
+    y, years = ex.y.to_numpy(), ex.y.index.year.to_numpy()
+    first_eval = len(y) - ex.horizon * ex.n_origins          # the docs' first origin (1954)
+    n_tune = (first_eval - ex.horizon - 100) // ex.horizon + 1  # origins from 1800 on
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    total, per, bt = study(y[:first_eval], n_tune, seeds, VARIANTS | (MORE if more else {}))
+    plot(per, bt.origins, years, out / "sunspots_origins.png")
+    lines = [f"### Before the evaluation period: {n_tune} origins, "
+             f"{years[bt.origins[0]]}-{years[bt.origins[-1]]}, every model refitted at every "
+             f"origin ({time.perf_counter() - t:.0f} s)", ""] + table(total)
+    t = time.perf_counter()
+    total, _, _ = study(y, ex.n_origins, seeds, {"attention (defaults)": {}})
+    lines += ["", f"### Evaluation origins ({years[first_eval]}-{years[len(y) - ex.horizon]}), "
+              f"every model refitted at every origin ({time.perf_counter() - t:.0f} s)", ""]
+    lines += table(total)
+    text = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("out/sunspots_study"))
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--more", action="store_true", help="six more variants of the network")
+    args = p.parse_args()
+    print(run(args.out, args.seeds, args.more))
