@@ -47,6 +47,16 @@ def ar_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
         return np.asarray(fit.predict(start=len(history), end=len(history) + horizon - 1))
 
 
+def naive_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+    """The last value repeated (``season`` is ignored)."""
+    return seasonal_naive(history, horizon, 1)
+
+
+#: The baselines a backtest can run, by name: ``f(history, horizon, season) -> (horizon,)``.
+BASELINES = {"seasonal_naive": seasonal_naive, "naive": naive_forecast, "ets": ets_forecast,
+             "ar": ar_forecast}
+
+
 def forecast_errors(actual: np.ndarray, forecast: np.ndarray, scale: float) -> dict[str, float]:
     """MAE, RMSE, MAPE (%, over actual values that are not 0) and MASE (MAE / ``scale``, the
     in-sample MAE of seasonal naive on the training part; Hyndman & Koehler 2006)."""

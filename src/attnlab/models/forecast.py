@@ -21,8 +21,8 @@ forecast at time T uses their values up to T, so predicting needs no future valu
 
 The rolling-origin :meth:`AttentionForecaster.backtest` fits once on the data before the first
 origin (or, with ``refit=True``, at every origin) and forecasts from each origin with the
-history up to it, next to seasonal naive and statsmodels ETS (and optionally AutoReg) refitted
-at every origin; errors are MAE, RMSE, MAPE and MASE.
+history up to it, next to seasonal naive and statsmodels ETS and AutoReg refitted at every
+origin; errors are MAE, RMSE, MAPE and MASE.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from sklearn.base import BaseEstimator, clone
 
 from attnlab.core.api import attention
 from attnlab.models import io
-from attnlab.models.baselines import (ar_forecast, ets_forecast, forecast_errors,
-                                      seasonal_naive)
+from attnlab.models.baselines import BASELINES, forecast_errors
 from attnlab.models.latex import Equations
 from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
                                      seeded, train)
@@ -401,9 +400,9 @@ class AttentionForecaster(BaseEstimator):
         forecast ``y[T_k : T_k + horizon]`` lies inside ``y``. A copy of this forecaster is
         fitted once on ``y[:T_0]`` and forecasts from each origin with the history
         ``y[:T_k]``; with ``refit=True`` a fresh copy is fitted on ``y[:T_k]`` at every origin
-        (as the statistical baselines are), ``n_origins`` times the cost.
-        Baselines (``"seasonal_naive"``, ``"naive"``, ``"ets"``, ``"ar"``) see the same
-        history. MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
+        (as the statistical baselines are), ``n_origins`` times the cost. Baselines, any of
+        ``seasonal_naive``, ``naive``, ``ets``, ``ar`` (:data:`.baselines.BASELINES`), see the
+        same history. MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
         self._check_params()
         y = _as_series(y)
         X = _as_exog(X, len(y))
@@ -417,12 +416,9 @@ class AttentionForecaster(BaseEstimator):
             raise ValueError(f"y has {len(y)} observations: {n_origins} origins {step} apart "
                              f"with horizon {H} leave {origins[0]} for training, fewer than "
                              f"the {self._min_length()} needed; use fewer origins")
-        known = {"seasonal_naive": lambda h: seasonal_naive(h, H, m),
-                 "naive": lambda h: seasonal_naive(h, H, 1),
-                 "ets": lambda h: ets_forecast(h, H, m), "ar": lambda h: ar_forecast(h, H, m)}
-        unknown = set(baselines) - set(known)
+        unknown = set(baselines) - set(BASELINES)
         if unknown:
-            raise ValueError(f"baselines must be among {', '.join(known)}; got "
+            raise ValueError(f"baselines must be among {', '.join(BASELINES)}; got "
                              f"{sorted(unknown)}")
         t0 = int(origins[0])
         model = first = clone(self).fit(y[:t0], None if X is None else X[:t0])
@@ -438,7 +434,7 @@ class AttentionForecaster(BaseEstimator):
             fc["attention"].append(model.predict(H, y[:t], xt))
             weights.append(model.attention_)
             for name in baselines:
-                fc[name].append(known[name](y[:t]))
+                fc[name].append(BASELINES[name](y[:t], H, m))
         forecasts = {k: np.stack(v) for k, v in fc.items()}
         metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
         return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first)
