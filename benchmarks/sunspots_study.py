@@ -18,9 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab._files import write_text_atomic
 from attnlab.models import AttentionForecaster
 from attnlab.models.baselines import forecast_errors
 from attnlab.models.datasets import load_series
+from attnlab.plotting import heatmap
 
 VARIANTS = {"attention (defaults)": {}, "attention, lookback 11": {"lookback": 11},
             "attention, transformer": {"encoder": "transformer"}}
@@ -31,29 +33,27 @@ MORE = {"attention, lstm": {"encoder": "lstm"}, "attention, hidden 16": {"hidden
 BASELINES = ("seasonal_naive", "ar", "ets")
 
 
-def study(y: np.ndarray, n_origins: int, seeds: int, variants: dict) -> tuple[dict, dict, object]:
-    """Every method refitted at every origin; returns ({method: MASE}, {method: per-origin
-    MASE}, the last backtest)."""
-    ex = load_series("sunspots")
-    forecasts, bt = {}, None
+def study(ex, y: np.ndarray, n_origins: int, seeds: int,
+          variants: dict) -> tuple[dict, dict, np.ndarray]:
+    """Every method refitted at every origin of ``y``; returns ({method: MASE},
+    {method: per-origin MASE}, the origins)."""
+    forecasts, baselines = {}, BASELINES
     for label, kw in variants.items():
         runs = []
         for seed in range(seeds):
             f = AttentionForecaster(horizon=ex.horizon, season=ex.season, seed=seed, **kw)
-            bt = f.backtest(y, n_origins=n_origins, baselines=BASELINES if bt is None else (),
-                            refit=True)
-            if len(bt.forecasts) > 1:
-                base = {k: v for k, v in bt.forecasts.items() if k != "attention"}
-            runs.append(bt.forecasts["attention"])
+            bt = f.backtest(y, n_origins=n_origins, baselines=baselines, refit=True)
+            runs.append(bt.forecasts.pop("attention"))
+            forecasts.update(bt.forecasts)                    # the baselines, first run only
+            baselines = ()
         forecasts[f"{label}, seed 0"] = runs[0]
         forecasts[f"{label}, mean of {seeds} seeds"] = np.mean(runs, axis=0)
-    forecasts.update(base)
-    forecasts["(seasonal_naive + ar) / 2"] = (base["seasonal_naive"] + base["ar"]) / 2
+    forecasts["(seasonal_naive + ar) / 2"] = (forecasts["seasonal_naive"] + forecasts["ar"]) / 2
     m, t0 = ex.season, int(bt.origins[0])
     scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
     total = {k: forecast_errors(bt.actual, v, scale)["MASE"] for k, v in forecasts.items()}
     per = {k: np.abs(v - bt.actual).mean(axis=1) / scale for k, v in forecasts.items()}
-    return total, per, bt
+    return total, per, bt.origins
 
 
 def table(total: dict) -> list[str]:
@@ -65,35 +65,17 @@ def table(total: dict) -> list[str]:
 
 
 def plot(per: dict, origins: np.ndarray, years: np.ndarray, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     # The ensembles of the main variants and the baselines (the others are in the table).
     keep = [k for k in per if not k.startswith("attention")
             or any(k.startswith(f"{v}, mean of") for v in VARIANTS)]
     mat = np.stack([per[k] for k in keep])
-    rel = mat / mat[keep.index("seasonal_naive")]
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    im = ax.imshow(np.log2(rel), cmap="RdBu_r", vmin=-1.5, vmax=1.5, aspect="auto")
-    for i in range(rel.shape[0]):
-        for j in range(rel.shape[1]):
-            dark = abs(np.log2(rel[i, j])) > 1.0
-            ax.text(j, i, f"{rel[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")
-    ax.set_yticks(range(len(keep)), keep, fontsize=8)
-    ax.set_xticks(range(len(origins)), [str(years[t]) for t in origins], rotation=45,
-                  fontsize=8)
-    ax.set_xlabel("forecast origin (first forecast year); 11 years ahead from each")
-    ax.set_title("sunspots before 1954: each method's MAE / seasonal naive's MAE per origin "
-                 "(blue: better than seasonal naive)", fontsize=9)
-    fig.colorbar(im, ax=ax, label="log2 ratio", fraction=0.03)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    tmp.replace(path)
+    heatmap(mat / mat[keep.index("seasonal_naive")], path,
+            title="sunspots before 1954: each method's MAE / seasonal naive's MAE per origin "
+                  "(blue: better than seasonal naive)",
+            row_labels=keep, col_labels=[str(years[t]) for t in origins],
+            xlabel="forecast origin (first forecast year); 11 years ahead from each",
+            ylabel="", cmap="RdBu_r", vmin=0.0, vmax=2.0, annotate=True,
+            colorbar_label="MAE ratio (saturates at 2)", figsize=(12.0, 4.2))
 
 
 def run(out: Path, seeds: int, more: bool = False) -> str:
@@ -101,20 +83,20 @@ def run(out: Path, seeds: int, more: bool = False) -> str:
     y, years = ex.y.to_numpy(), ex.y.index.year.to_numpy()
     first_eval = len(y) - ex.horizon * ex.n_origins          # the docs' first origin (1954)
     n_tune = (first_eval - ex.horizon - 100) // ex.horizon + 1  # origins from 1800 on
-    out.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    total, per, bt = study(y[:first_eval], n_tune, seeds, VARIANTS | (MORE if more else {}))
-    plot(per, bt.origins, years, out / "sunspots_origins.png")
+    total, per, origins = study(ex, y[:first_eval], n_tune, seeds,
+                                VARIANTS | (MORE if more else {}))
+    plot(per, origins, years, out / "sunspots_origins.png")
     lines = [f"### Before the evaluation period: {n_tune} origins, "
-             f"{years[bt.origins[0]]}-{years[bt.origins[-1]]}, every model refitted at every "
+             f"{years[origins[0]]}-{years[origins[-1]]}, every model refitted at every "
              f"origin ({time.perf_counter() - t:.0f} s)", ""] + table(total)
     t = time.perf_counter()
-    total, _, _ = study(y, ex.n_origins, seeds, {"attention (defaults)": {}})
+    total, _, _ = study(ex, y, ex.n_origins, seeds, {"attention (defaults)": {}})
     lines += ["", f"### Evaluation origins ({years[first_eval]}-{years[len(y) - ex.horizon]}), "
               f"every model refitted at every origin ({time.perf_counter() - t:.0f} s)", ""]
     lines += table(total)
     text = "\n".join(lines) + "\n"
-    (out / "summary.md").write_text(text)
+    write_text_atomic(out / "summary.md", text)
     return text
 
 
