@@ -74,15 +74,11 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("docs/img"))
     args = p.parse_args()
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from rich.progress import Progress
 
-    from attnlab.inspect.figures import embedding_figure
     from attnlab.inspect.run import inspect_texts
-    from attnlab.plotting import save_figure
+    from attnlab.plots import figure
+    from attnlab.plots.inspect import embedding_figure
 
     corpus = pairs(args.pairs)
     with Progress(transient=True) as progress:
@@ -108,21 +104,19 @@ def main() -> None:
               "near_uniform": ins.taxonomy.near_uniform}
     print(json.dumps(result, indent=1))
     args.out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    layers = list(range(ins.layers))
-    for key, label in (("sep", "[SEP]"), ("cls", "[CLS]"), ("punct", "punctuation"),
-                       ("within_segment", "own sentence")):
-        ax.plot(layers, per_layer[key], marker="o", label=label)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("mean attention mass")
-    ax.set_ylim(0, 1)
-    ax.set_xticks(layers)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title(f"all-MiniLM-L6-v2, {len(corpus)} sentence pairs: where attention goes")
-    fig.tight_layout()
-    save_figure(fig, args.out / "inspect_token_mass.png")
-    plt.close(fig)
+    with figure(args.out / "inspect_token_mass.png", figsize=(7, 4), dpi=110) as fig:
+        ax = fig.add_subplot()
+        layers = list(range(ins.layers))
+        for key, label in (("sep", "[SEP]"), ("cls", "[CLS]"), ("punct", "punctuation"),
+                           ("within_segment", "own sentence")):
+            ax.plot(layers, per_layer[key], marker="o", label=label)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("mean attention mass")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(layers)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        ax.set_title(f"all-MiniLM-L6-v2, {len(corpus)} sentence pairs: where attention goes")
     embedding_figure(ins.xy, ins.taxonomy.labels, args.out)
     (args.out / "head_embedding.png").replace(args.out / "inspect_head_embedding.png")
     (args.out / "head_embedding.svg").unlink()

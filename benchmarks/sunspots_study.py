@@ -22,7 +22,7 @@ from attnlab._files import write_text_atomic
 from attnlab.models import AttentionForecaster
 from attnlab.models.baselines import forecast_errors
 from attnlab.models.datasets import load_series
-from attnlab.plotting import heatmap
+from attnlab.plots import heatmap
 
 VARIANTS = {"attention (defaults)": {}, "attention, lookback 11": {"lookback": 11},
             "attention, transformer": {"encoder": "transformer"}}

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab._files import write_text_atomic
+
 WINDOW = (256, 256)
 GROUPS = {
     "window": ["sdpa+dense", "flex", "tiled", "blocksparse", "auto"],
@@ -220,7 +222,8 @@ def machine() -> dict:
 
 
 def run(sizes: list[int], out_dir: Path, console=None) -> dict:
-    """Every cell, the error table and the trade-off sweep; writes results.json and plots."""
+    """Every cell, the error table and the trade-off sweep; writes results.json (the figures:
+    :func:`attnlab.plots.bench.plot`)."""
     from rich.progress import Progress
 
     jobs = [(g, m, n, bwd) for g, methods in GROUPS.items() for n in sizes for m in methods
@@ -241,11 +244,7 @@ def run(sizes: list[int], out_dir: Path, console=None) -> dict:
         progress.advance(task)
     result = {"machine": machine(), "window": list(WINDOW), "sizes": sizes, "cells": rows,
               "errors": err, "tradeoff": trade}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / ".results.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, out_dir / "results.json")
-    result["plots"] = [str(p) for p in plot(result, out_dir)]
+    write_text_atomic(Path(out_dir) / "results.json", json.dumps(result, indent=1))
     return result
 
 
@@ -253,60 +252,6 @@ def ratio(cells: list[dict], group: str, n: int, mode: str, num: str, den: str) 
     get = {(c["group"], c["method"], c["n"], c["mode"]): c for c in cells if "time_s" in c}
     a, b = get.get((group, num, n, mode)), get.get((group, den, n, mode))
     return a["time_s"] / b["time_s"] if a and b else None
-
-
-def plot(result: dict, out_dir: Path) -> list[Path]:
-    """time vs N and memory vs N per group, and error vs budget of the approximations."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from attnlab.plotting import save_figure
-
-    paths = []
-    cells = [c for c in result["cells"] if "time_s" in c]
-    for key, label, name in (("time_s", "seconds", "time"), ("peak_mib", "extra peak MiB", "memory")):
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), dpi=110)
-        for ax, (group, methods) in zip(axes, GROUPS.items()):
-            for m in methods:
-                for mode, style in (("fwd", "-"), ("fwd+bwd", "--")):
-                    pts = sorted((c["n"], c[key]) for c in cells
-                                 if c["group"] == group and c["method"] == m and c["mode"] == mode)
-                    if pts:
-                        ax.plot(*zip(*pts), style, marker="o", label=f"{m} {mode}")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("N (sequence length)")
-            ax.set_ylabel(label)
-            title = {"window": f"sliding window ±{WINDOW[0]}", "causal": "causal",
-                     "full": "no mask (approximations)"}[group]
-            ax.set_title(title)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(f"{label} vs N (B=1, H=8, D=64, fp32); solid: forward, dashed: fwd+bwd")
-        fig.tight_layout()
-        paths.append(save_figure(fig, out_dir / f"{name}_vs_n.png"))
-        plt.close(fig)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
-    for name in dict.fromkeys(r["method"] for r in result["tradeoff"]):
-        pts = [r for r in result["tradeoff"] if r["method"] == name]
-        ax1.plot([r["budget"] for r in pts], [r["rel"] for r in pts], marker="o", label=name)
-        ax2.plot([r["time_s"] for r in pts], [r["rel"] for r in pts], marker="o", label=name)
-    for ax in (ax1, ax2):
-        ax.set_yscale("log")
-        ax.set_ylabel("relative error vs exact attention")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    ax1.set_xscale("log", base=2)
-    ax1.set_xlabel("budget: random features (performer), rank (linformer), chunk (lsh)")
-    ax2.set_xscale("log")
-    ax2.set_xlabel("forward time, s (N=1024, B=1, H=8, D=64)")
-    fig.suptitle("approximations: error against budget and against time (N=1024)")
-    fig.tight_layout()
-    paths.append(save_figure(fig, out_dir / "error_tradeoff.png"))
-    plt.close(fig)
-    return paths
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--cell":

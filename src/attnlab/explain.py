@@ -2,7 +2,7 @@
 
 :func:`walk` computes Q K^T -> scaled and masked scores -> softmax -> A V step by step in
 float64, checks the invariants, and runs every exact backend on the same numbers;
-:func:`render` prints it and :func:`write_heatmaps` draws S, A and the mask.
+:func:`render` prints it; :func:`attnlab.plots.explain.write_heatmaps` draws S, A and the mask.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnlab.core import attention, list_backends, masks
-from attnlab.plotting import heatmap
 
 BUILTIN_TOKENS = ["The", "cat", "sat", "on", "the", "mat"]
 
@@ -190,20 +189,6 @@ def render(wt: Walkthrough, console: Console, max_dims: int = 8) -> None:
         console.print(f"[yellow]NOTE[/yellow]  backend {name}: {escape(line)}")
 
 
-def write_heatmaps(wt: Walkthrough, out_dir: str | Path) -> list[Path]:
-    """scores.png (scaled, masked S), weights.png (A) and mask.png in out_dir."""
-    out_dir = Path(out_dir)
-    labels = dict(row_labels=wt.tokens, col_labels=wt.tokens)
-    return [
-        heatmap(wt.scaled, out_dir / "scores.png", cmap="coolwarm", center=True,
-                title=f"S = Q K^T * scale / T{wt.label}\n(hatched: masked)", colorbar_label="score", **labels),
-        heatmap(wt.a, out_dir / "weights.png", title=f"A = softmax(S){wt.label}\n(rows sum to 1)",
-                vmin=0.0, vmax=1.0, colorbar_label="weight", **labels),
-        heatmap(wt.keep.double(), out_dir / "mask.png", categories=["masked", "may attend"],
-                title=f"mask{wt.label} (True = may attend)", fmt="{:.0f}", **labels),
-    ]
-
-
 def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0) -> Walkthrough:
     """The walk-through for one head of a real BERT-style model on ``text``.
 
@@ -225,7 +210,7 @@ def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0)
     batch = tok([text], return_tensors="pt", truncation=True, max_length=64)
     tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
     with torch.no_grad():
-        res = ours(batch["input_ids"], batch["attention_mask"], return_attention=True,
+        res = ours(batch["input_ids"], batch["attention_mask"], return_weights=True,
                    return_hidden_states=True)
         x = res.hidden_states[layer][0].double()                    # (N, E), the layer's input
         mha = ours.encoder.layers[layer].self_attn

@@ -7,7 +7,8 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.models import GATClassifier, ReversalSeq2Seq, load
-from attnlab.models.graph import from_csv, karate, karate_study, label_propagation
+from attnlab.models.graph_data import from_csv, karate
+from attnlab.models.graph_study import karate_study, label_propagation
 
 
 def _mask(nodes, n=34):

@@ -27,109 +27,22 @@ origin; errors are MAE, RMSE, MAPE and MASE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, clone
+from sklearn.base import BaseEstimator
 
-from attnlab.core.api import attention
 from attnlab.models import io
-from attnlab.models.baselines import BASELINES, forecast_errors
+from attnlab.models.backtest import BacktestResult, rolling_origin
+from attnlab.models.forecast_nets import RecurrentNet, TransformerNet
 from attnlab.models.latex import Equations
 from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
                                      seeded, train)
-from attnlab.nn.position import sinusoidal_table
-from attnlab.nn.transformer import Encoder, EncoderLayer
 
 ENCODERS = ("gru", "lstm", "transformer")
-
-
-class _Pool(nn.Module):
-    """Attention pooling over time: query from the last state, keys/values from every state."""
-
-    def __init__(self, d: int, horizon: int, dropout: float):
-        super().__init__()
-        self.w_q = nn.Linear(d, d)
-        self.w_k = nn.Linear(d, d)
-        self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Dropout(dropout),
-                                  nn.Linear(d, horizon))
-        # Start from the reference forecast (seasonal naive): the output layer begins at 0,
-        # so training only moves away from it as far as the data supports.
-        nn.init.zeros_(self.head[-1].weight)
-        nn.init.zeros_(self.head[-1].bias)
-
-    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # h (B, L, d) -> forecast (B, horizon), weights over the L steps (B, L)
-        last = h[:, -1]                                                    # (B, d)
-        res = attention(self.w_q(last)[:, None], self.w_k(h), h, return_weights=True)
-        context = res.out[:, 0]                                            # (B, d)
-        return self.head(torch.cat([context, last], dim=-1)), res.weights[:, 0]
-
-
-class _RecurrentNet(nn.Module):
-    def __init__(self, n_in: int, hidden: int, layers: int, cell: str, horizon: int,
-                 dropout: float):
-        super().__init__()
-        rnn = nn.GRU if cell == "gru" else nn.LSTM
-        self.rnn = rnn(n_in, hidden, layers, batch_first=True,
-                       dropout=dropout if layers > 1 else 0.0)
-        self.pool = _Pool(hidden, horizon, dropout)
-
-    def forward(self, x):
-        h, _ = self.rnn(x)                                                 # (B, L, hidden)
-        return self.pool(h)
-
-
-class _TransformerNet(nn.Module):
-    def __init__(self, n_in: int, d_model: int, layers: int, nhead: int, horizon: int,
-                 dropout: float, lookback: int):
-        super().__init__()
-        self.inp = nn.Linear(n_in, d_model)
-        self.register_buffer("pos", sinusoidal_table(lookback, d_model))
-        layer = EncoderLayer(d_model, nhead, 2 * d_model, dropout, activation="gelu",
-                             batch_first=True, norm_first=True)
-        self.encoder = Encoder(layer, layers, norm=nn.LayerNorm(d_model))
-        self.pool = _Pool(d_model, horizon, dropout)
-
-    def forward(self, x):
-        h = self.encoder(self.inp(x) + self.pos)                           # (B, L, d_model)
-        return self.pool(h)
-
-
-@dataclass
-class BacktestResult:
-    """What :meth:`AttentionForecaster.backtest` measured.
-
-    Attributes:
-        metrics: ``{method: {"MAE", "RMSE", "MAPE", "MASE"}}`` over every origin and step.
-        origins: index in ``y`` of the first forecast point of each origin, ``(n_origins,)``.
-        actual: ``(n_origins, horizon)`` true values.
-        forecasts: ``{method: (n_origins, horizon)}``.
-        attention: ``(n_origins, lookback)`` the forecaster's weights over past steps
-            (column j is lag ``lookback - j``).
-        model: the forecaster fitted on ``y[:origins[0]]`` (with ``refit``, the first of
-            the ones fitted).
-    """
-
-    metrics: dict[str, dict[str, float]]
-    origins: np.ndarray
-    actual: np.ndarray
-    forecasts: dict[str, np.ndarray]
-    attention: np.ndarray
-    model: "AttentionForecaster"
-
-    def table(self) -> str:
-        """The metrics as a Markdown table, best MASE first."""
-        rows = sorted(self.metrics.items(), key=lambda kv: kv[1]["MASE"])
-        out = ["| method | MAE | RMSE | MAPE % | MASE |", "|---|---|---|---|---|"]
-        for name, m in rows:
-            out.append(f"| {name} | {m['MAE']:.3f} | {m['RMSE']:.3f} | {m['MAPE']:.2f} | "
-                       f"{m['MASE']:.3f} |")
-        return "\n".join(out)
 
 
 def _as_series(y, name: str = "y") -> np.ndarray:
@@ -222,14 +135,16 @@ class AttentionForecaster(BaseEstimator):
     # ---- configuration ------------------------------------------------------------------
 
     @property
-    def _season(self) -> int:
+    def effective_season(self) -> int:
+        """The seasonal period in use: ``season``, or 1 without one."""
         return int(self.season) if self.season else 1
 
     @property
-    def _lookback(self) -> int:
+    def effective_lookback(self) -> int:
+        """The past steps the model reads: ``lookback``, or its default (3 seasons, or 24)."""
         if self.lookback is not None:
             return int(self.lookback)
-        return 3 * self._season if self._season > 1 else 24
+        return 3 * self.effective_season if self.effective_season > 1 else 24
 
     def _check_params(self) -> None:
         check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
@@ -243,9 +158,9 @@ class AttentionForecaster(BaseEstimator):
 
     def _build(self, n_features: int) -> nn.Module:
         if self.encoder == "transformer":
-            return _TransformerNet(n_features, self.hidden_size, self.num_layers, self.nhead,
-                                   self.horizon, self.dropout, self._lookback)
-        return _RecurrentNet(n_features, self.hidden_size, self.num_layers, self.encoder,
+            return TransformerNet(n_features, self.hidden_size, self.num_layers, self.nhead,
+                                   self.horizon, self.dropout, self.effective_lookback)
+        return RecurrentNet(n_features, self.hidden_size, self.num_layers, self.encoder,
                              self.horizon, self.dropout)
 
     # ---- features -----------------------------------------------------------------------
@@ -254,7 +169,7 @@ class AttentionForecaster(BaseEstimator):
                   offset: int = 0) -> np.ndarray:
         """Input windows ending just before each index in ``ends``: ``(len(ends), L, F)``.
         ``offset`` is the position of ``y[0]`` in the fitted series (for the seasonal phase)."""
-        L = self._lookback
+        L = self.effective_lookback
         idx = ends[:, None] - L + np.arange(L)[None, :]                   # (W, L)
         win = y[idx]                                                        # (W, L)
         level = win[:, -1:]
@@ -262,15 +177,16 @@ class AttentionForecaster(BaseEstimator):
         feats = [p[..., None] for p in parts]
         if X is not None:
             feats.append((X[idx] - self.x_mean_) / self.x_std_)             # (W, L, p)
-        if self._season > 1:
-            phase = 2 * np.pi * ((idx + offset) % self._season) / self._season
+        if self.effective_season > 1:
+            m = self.effective_season
+            phase = 2 * np.pi * ((idx + offset) % m) / m
             feats += [np.sin(phase)[..., None], np.cos(phase)[..., None]]
         return np.concatenate(feats, axis=-1)
 
     def _reference(self, y: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Seasonal naive's forecast from each end, ``(len(ends), horizon)``: the network
         predicts the change from it (with no season: from the last value)."""
-        m = self._season
+        m = self.effective_season
         h = np.arange(self.horizon)
         return y[ends[:, None] - m + (h % m)[None, :]]
 
@@ -281,9 +197,11 @@ class AttentionForecaster(BaseEstimator):
     @property
     def _history(self) -> int:
         """Observations one forecast needs: the window, and one season for the reference."""
-        return max(self._lookback, self._season)
+        return max(self.effective_lookback, self.effective_season)
 
-    def _min_length(self) -> int:
+    @property
+    def min_length(self) -> int:
+        """The shortest series :meth:`fit` accepts: the history plus horizon plus 10 windows."""
         return self._history + self.horizon + 10
 
     # ---- fit / predict ------------------------------------------------------------------
@@ -294,10 +212,10 @@ class AttentionForecaster(BaseEstimator):
         self._check_params()
         y = _as_series(y)
         X = _as_exog(X, len(y))
-        L, H = self._lookback, self.horizon
-        if len(y) < self._min_length():
+        L, H = self.effective_lookback, self.horizon
+        if len(y) < self.min_length:
             raise ValueError(f"y has {len(y)} observations; lookback {L} + horizon {H} needs at "
-                             f"least {self._min_length()} (10 training windows); shorten "
+                             f"least {self.min_length} (10 training windows); shorten "
                              "lookback or horizon, or give a longer series")
         config = TrainConfig.of(self)
         device = resolve_device(self.device)
@@ -405,45 +323,14 @@ class AttentionForecaster(BaseEstimator):
         same history. MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
         self._check_params()
         y = _as_series(y)
-        X = _as_exog(X, len(y))
-        H, m = self.horizon, self._season
-        step = H if step is None else step
-        if not isinstance(n_origins, (int, np.integer)) or n_origins < 1:
-            raise ValueError(f"n_origins must be an int >= 1, got {n_origins!r}")
-        last = len(y) - H
-        origins = last - step * np.arange(n_origins)[::-1]
-        if origins[0] < self._min_length():
-            raise ValueError(f"y has {len(y)} observations: {n_origins} origins {step} apart "
-                             f"with horizon {H} leave {origins[0]} for training, fewer than "
-                             f"the {self._min_length()} needed; use fewer origins")
-        unknown = set(baselines) - set(BASELINES)
-        if unknown:
-            raise ValueError(f"baselines must be among {', '.join(BASELINES)}; got "
-                             f"{sorted(unknown)}")
-        t0 = int(origins[0])
-        model = first = clone(self).fit(y[:t0], None if X is None else X[:t0])
-        scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
-        actual = np.stack([y[t:t + H] for t in origins])
-        names = ["attention"] + list(baselines)
-        fc = {name: [] for name in names}
-        weights = []
-        for t in origins:
-            xt = None if X is None else X[:t]
-            if refit and t != t0:
-                model = clone(self).fit(y[:t], xt)
-            fc["attention"].append(model.predict(H, y[:t], xt))
-            weights.append(model.attention_)
-            for name in baselines:
-                fc[name].append(BASELINES[name](y[:t], H, m))
-        forecasts = {k: np.stack(v) for k, v in fc.items()}
-        metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
-        return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first)
+        return rolling_origin(self, y, _as_exog(X, len(y)), n_origins=n_origins, step=step,
+                              baselines=baselines, refit=refit)
 
     # ---- equations, save / load ---------------------------------------------------------
 
     def equations(self) -> Equations:
-        L, H, d = self._lookback, self.horizon, self.hidden_size
-        n_in = getattr(self, "n_features_", 2 + (2 if self._season > 1 else 0))
+        L, H, d = self.effective_lookback, self.horizon, self.hidden_size
+        n_in = getattr(self, "n_features_", 2 + (2 if self.effective_season > 1 else 0))
         if self.encoder == "transformer":
             enc = (r"\mathbf{H}", r"\mathrm{Encoder}_{" + str(self.num_layers) + r"}\left("
                    r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
@@ -453,13 +340,13 @@ class AttentionForecaster(BaseEstimator):
             enc = (r"\mathbf{h}_t", r"\mathrm{" + cell + r"}\left(\mathbf{x}_t, "
                    r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
                    r"\ldots, " + str(L))
-        m = self._season
+        m = self.effective_season
         ref = (r"y_{L + h - " + str(m) + r" \lceil h / " + str(m) + r" \rceil}" if m > 1
                else "y_L")
         lines = [
             (r"\mathbf{x}_t", r"\left[\frac{y_t - y_L}{s_\Delta}, \frac{y_t - \mu}{\sigma}"
              + (r", \mathbf{z}_t" if getattr(self, "n_exog_", 0) else "")
-             + (r", \sin\phi_t, \cos\phi_t" if self._season > 1 else "")
+             + (r", \sin\phi_t, \cos\phi_t" if self.effective_season > 1 else "")
              + r"\right] \in \mathbb{R}^{" + str(n_in) + "}"),
             enc,
             (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
@@ -483,8 +370,9 @@ class AttentionForecaster(BaseEstimator):
             (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "
              r"\in \mathbb{R}^{" + f"{H} \\times {d}" + "}", "output layer"),
         ]
-        if self._season > 1:
-            where.append((r"\phi_t", f"2 pi (t mod {self._season}) / {self._season}, the "
+        if self.effective_season > 1:
+            m = self.effective_season
+            where.append((r"\phi_t", f"2 pi (t mod {m}) / {m}, the "
                           "phase within the season"))
         if self.encoder == "transformer":
             where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "

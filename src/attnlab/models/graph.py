@@ -1,5 +1,6 @@
-"""Node classification with graph attention: :class:`GATClassifier`, graph input (networkx,
-edge-list and node CSVs, the bundled karate club) and figures.
+"""Node classification with graph attention: :class:`GATClassifier`. Graph input is in
+:mod:`~attnlab.models.graph_data`, the karate-club study in :mod:`~attnlab.models.graph_study`,
+the figures in :mod:`attnlab.plots.graph`.
 
 The classifier is the two-layer GAT of Veličković et al. (2018) for transductive node
 classification: ``GATConv(heads=8, concat) -> ELU -> GATConv(1 head) -> softmax``, dropout on
@@ -9,7 +10,6 @@ with the shared training loop (early stopping only when a ``val_mask`` is given)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,96 +19,11 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 
 from attnlab.models import io
+from attnlab.models.graph_data import (Graph, GraphInputError, from_csv,  # noqa: F401
+                                       from_frames, from_networkx, karate)
 from attnlab.models.latex import Equations
 from attnlab.models.training import TrainConfig, TrainHistory, resolve_device, seeded, train
 from attnlab.nn.graph import GATConv, check_edge_index
-
-
-@dataclass
-class Graph:
-    """Nodes with features ``x (N, F)``, edges ``edge_index (2, E)`` (source, target), labels
-    ``y`` (one per node; ``None`` where unknown) and node names."""
-
-    x: torch.Tensor
-    edge_index: torch.Tensor
-    y: list
-    names: list[str] = field(default_factory=list)
-
-    @property
-    def num_nodes(self) -> int:
-        return self.x.shape[0]
-
-
-def from_networkx(g, label: str | None = None, features: str | None = None) -> Graph:
-    """A networkx graph -> :class:`Graph`. Undirected edges become two directed ones. Node
-    features from the attribute ``features`` (a sequence per node) or, without it, one-hot node
-    ids (the usual choice for featureless graphs); labels from the attribute ``label``."""
-    nodes = list(g.nodes)
-    index = {n: i for i, n in enumerate(nodes)}
-    pairs = [(index[u], index[v]) for u, v in g.edges]
-    if not g.is_directed():
-        pairs += [(v, u) for u, v in pairs]
-    ei = torch.tensor(pairs, dtype=torch.long).T if pairs else torch.zeros(2, 0, dtype=torch.long)
-    if features is None:
-        x = torch.eye(len(nodes))
-    else:
-        x = torch.tensor([list(g.nodes[n][features]) for n in nodes], dtype=torch.float32)
-    y = [g.nodes[n].get(label) for n in nodes] if label else [None] * len(nodes)
-    return Graph(x, ei, y, [str(n) for n in nodes])
-
-
-def karate() -> Graph:
-    """Zachary's karate club (34 members, 78 friendships; networkx), labelled by the faction
-    each member joined after the split ("Mr. Hi" or "Officer")."""
-    import networkx as nx
-
-    return from_networkx(nx.karate_club_graph(), label="club")
-
-
-def from_csv(edges, features=None, labels=None) -> Graph:
-    """Edge-list CSV (first two columns: source, target), optional node-feature CSV (first
-    column: node id, the rest numeric features) and labels CSV (node id, label; empty cells =
-    unknown). Without features, the nodes are those of the edge list with one-hot features."""
-    import pandas as pd
-
-    from attnlab.models.jobs import read_csv
-
-    e = read_csv(edges, "--edges")
-    if e.shape[1] < 2:
-        raise ValueError(f"--edges {str(edges)!r} needs two columns (source, target), got "
-                         f"{list(e.columns)}")
-    src, dst = e.iloc[:, 0].astype(str).tolist(), e.iloc[:, 1].astype(str).tolist()
-    if features is not None:
-        f = read_csv(features, "--features")
-        names = f.iloc[:, 0].astype(str).tolist()
-        if len(set(names)) != len(names):
-            raise ValueError(f"--features {str(features)!r}: node ids in the first column must "
-                             "be unique")
-        try:
-            x = torch.tensor(f.iloc[:, 1:].to_numpy(dtype=float), dtype=torch.float32)
-        except ValueError as err:
-            raise ValueError(f"--features {str(features)!r}: feature columns must be numeric "
-                             f"({err})") from None
-        if x.shape[1] == 0 or not torch.isfinite(x).all():
-            raise ValueError(f"--features {str(features)!r}: need at least one numeric feature "
-                             "column with no empty cells")
-    else:
-        names = list(dict.fromkeys(src + dst))
-        x = torch.eye(len(names))
-    index = {n: i for i, n in enumerate(names)}
-    unknown = [n for n in src + dst if n not in index]
-    if unknown:
-        raise ValueError(f"--edges refers to node {unknown[0]!r}, which is not in --features "
-                         f"({len(names)} nodes); add it there or drop the edge")
-    ei = torch.tensor([[index[s] for s in src], [index[d] for d in dst]], dtype=torch.long)
-    y = [None] * len(names)
-    if labels is not None:
-        lab = read_csv(labels, "--labels")
-        for node, value in zip(lab.iloc[:, 0].astype(str), lab.iloc[:, 1]):
-            if node not in index:
-                raise ValueError(f"--labels names node {node!r}, which is not in the graph")
-            y[index[node]] = None if pd.isna(value) else str(value)
-    return Graph(x, ei, y, names)
 
 
 class _GAT(nn.Module):
@@ -118,12 +33,12 @@ class _GAT(nn.Module):
         self.conv1 = GATConv(n_in, hidden, heads=heads, dropout=dropout)
         self.conv2 = GATConv(hidden * heads, n_out, heads=1, concat=False, dropout=dropout)
 
-    def forward(self, x, edge_index, return_attention: bool = False):
+    def forward(self, x, edge_index, return_weights: bool = False):
         x = F.dropout(x, self.dropout, self.training)
-        x, a1 = self.conv1(x, edge_index, return_attention_weights=True)
+        x, a1 = self.conv1(x, edge_index, return_weights_weights=True)
         x = F.dropout(F.elu(x), self.dropout, self.training)
-        x, a2 = self.conv2(x, edge_index, return_attention_weights=True)
-        return (x, a1, a2) if return_attention else x
+        x, a2 = self.conv2(x, edge_index, return_weights_weights=True)
+        return (x, a1, a2) if return_weights else x
 
 
 class GATClassifier(BaseEstimator):
@@ -235,7 +150,7 @@ class GATClassifier(BaseEstimator):
         self.net_.eval()
         g = self.graph_
         _, a1, a2 = self.net_(g.x.float().to(self.device_), g.edge_index.to(self.device_),
-                              return_attention=True)
+                              return_weights=True)
         edges, alpha = a1 if layer == 1 else a2
         return edges.cpu(), alpha.double().cpu().numpy()
 
@@ -304,103 +219,3 @@ class GATClassifier(BaseEstimator):
         self.history_ = TrainHistory.from_dict(s.get("history", {}))
         self.graph_ = g
         return self
-
-
-def label_propagation(graph: Graph, train_mask) -> np.ndarray:
-    """Baseline: harmonic-function label propagation on the graph (Zhu, Ghahramani & Lafferty
-    2003; networkx ``node_classification.harmonic_function``) from the labels of
-    ``train_mask``. Returns a label per node."""
-    import networkx as nx
-    from networkx.algorithms import node_classification
-
-    g = nx.Graph()
-    g.add_nodes_from(range(graph.num_nodes))
-    g.add_edges_from((int(s), int(d)) for s, d in graph.edge_index.T if int(s) != int(d))
-    for i in np.flatnonzero(np.asarray(train_mask)):
-        g.nodes[int(i)]["label"] = str(graph.y[i])
-    return np.asarray(node_classification.harmonic_function(g, label_name="label"), dtype=object)
-
-
-def karate_study(n_seeds: int = 20, per_class: int = 2, **params) -> dict:
-    """Accuracy on the unlabelled karate-club members over ``n_seeds`` random choices of
-    ``per_class`` labelled members per faction: GAT against label propagation."""
-    g = karate()
-    y = np.asarray(g.y, dtype=object)
-    rows = []
-    for seed in range(n_seeds):
-        rng = np.random.default_rng(seed)
-        mask = np.zeros(g.num_nodes, dtype=bool)
-        for c in sorted(set(y)):
-            mask[rng.choice(np.flatnonzero(y == c), per_class, replace=False)] = True
-        clf = GATClassifier(seed=seed, **params).fit(g, mask)
-        test = ~mask
-        gat = float(np.mean(clf.predict()[test] == y[test]))
-        lp = float(np.mean(label_propagation(g, mask)[test] == y[test]))
-        rows.append({"seed": seed, "train_nodes": np.flatnonzero(mask).tolist(), "gat": gat,
-                     "label_propagation": lp})
-    gat = np.array([r["gat"] for r in rows])
-    lp = np.array([r["label_propagation"] for r in rows])
-    return {"rows": rows, "gat_mean": float(gat.mean()), "gat_std": float(gat.std()),
-            "lp_mean": float(lp.mean()), "lp_std": float(lp.std()),
-            "gat_wins": int((gat > lp).sum()), "ties": int((gat == lp).sum())}
-
-
-def plot_graph(clf: GATClassifier, path, train_mask=None, title: str | None = None) -> Path:
-    """The graph with edge width by layer-1 attention (mean over heads and both directions),
-    nodes coloured by predicted class, training nodes outlined."""
-    import matplotlib.pyplot as plt
-    import networkx as nx
-
-    from attnlab.plotting import save_figure
-
-    g = clf.graph_
-    att = clf.attention_matrix(1)
-    G = nx.Graph()
-    G.add_nodes_from(range(g.num_nodes))
-    und = {}
-    for s, d in g.edge_index.T.tolist():
-        if s != d:
-            key = (min(s, d), max(s, d))
-            und[key] = max(und.get(key, 0.0), (att[d, s] + att[s, d]) / 2)
-    G.add_edges_from(und)
-    pos = nx.spring_layout(G, seed=0)
-    pred = clf.predict()
-    palette = ["#2f6db3", "#e0812b", "#3a9d5d", "#c23b3b", "#8a5fbf"]
-    colors = [palette[list(clf.classes_).index(p) % len(palette)] for p in pred]
-    top = max(und.values(), default=1.0) or 1.0
-    widths = [0.4 + 5.0 * und[e] / top for e in G.edges]       # widest edge = largest α
-    fig, ax = plt.subplots(figsize=(8, 6.5), dpi=120)
-    try:
-        nx.draw_networkx_edges(G, pos, width=widths, edge_color="#555555", alpha=0.7, ax=ax)
-        edge = ["black" if train_mask is not None and train_mask[i] else "white"
-                for i in range(g.num_nodes)]
-        nx.draw_networkx_nodes(G, pos, node_color=colors, edgecolors=edge, linewidths=2.5,
-                               node_size=320, ax=ax)
-        nx.draw_networkx_labels(G, pos, {i: g.names[i] for i in range(g.num_nodes)},
-                                font_size=7, font_color="white", ax=ax)
-        for c, col in zip(clf.classes_, palette):
-            ax.scatter([], [], color=col, label=f"predicted: {c}")
-        if train_mask is not None:
-            ax.scatter([], [], facecolor="white", edgecolor="black", linewidth=2,
-                       label="labelled (training)")
-        ax.legend(loc="lower left", fontsize=8)
-        ax.set_title(title or "GAT: edge width = attention α (layer 1, mean over heads, scaled to the "
-                     "largest)")
-        ax.axis("off")
-        fig.tight_layout()
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
-
-
-def plot_attention_matrix(clf: GATClassifier, path, title: str | None = None) -> Path:
-    from attnlab.plotting import heatmap
-
-    m = clf.attention_matrix(1)
-    m = np.where(m > 0, m, -np.inf)                    # non-edges drawn as masked
-    n = len(m)
-    names = clf.graph_.names
-    return heatmap(m, path, title=title or "GAT layer-1 attention (mean over heads)",
-                   row_labels=names, col_labels=names, xlabel="source node j",
-                   ylabel="target node i", colorbar_label="α_ij", annotate=False,
-                   figsize=(min(13.0, 0.25 * n + 3.5), min(12.0, 0.25 * n + 2.5)))

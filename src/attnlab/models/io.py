@@ -10,12 +10,11 @@ interrupted save never leaves a half-written model.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from attnlab._files import atomic_path
 
 FORMAT = "attnlab-model"
 VERSION = 1
@@ -28,28 +27,12 @@ def write_model(path: str | Path, kind: str, params: dict, state: dict,
     from safetensors.torch import save_file
 
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"path {str(path)!r} is a file; save() writes a folder "
-                         "(give a new name or a folder)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    try:
+    with atomic_path(path, folder=True) as tmp:
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT, "kind": kind})
         config = {"format": FORMAT, "version": VERSION, "kind": kind, "params": params,
                   "state": state}
         (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        old = None
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
-            os.rmdir(old)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 

@@ -218,14 +218,3 @@ class ReversalSeq2Seq:
 
     def to_latex(self) -> str:
         return self.equations().to_latex()
-
-
-def plot_alignment(tr: Translation, path, title: str | None = None):
-    """The cross-attention heatmap: output tokens (rows) against input tokens (columns)."""
-    from attnlab.plotting import heatmap
-
-    rows = list(tr.output) + ["</s>"]
-    return heatmap(tr.alignment, path, title=title or f"alignment: {tr.source} -> {tr.output}",
-                   row_labels=rows[:tr.alignment.shape[0]], col_labels=list(tr.source),
-                   xlabel="input token", ylabel="output token", colorbar_label="attention α",
-                   annotate=False)

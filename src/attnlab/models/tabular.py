@@ -70,20 +70,34 @@ class _FTNet(nn.Module):
         cls = self.cls.expand(t.shape[0], 1, -1)
         return torch.cat([t, cls], dim=1)                                # (B, n_tokens + 1, d)
 
-    def forward(self, x_num, x_cat, return_attention: bool = False):
+    def forward(self, x_num, x_cat, return_weights: bool = False):
         h = self.tokens(x_num, x_cat)
-        res = self.encoder(h, return_attention=return_attention)
-        last = res.last_hidden_state if return_attention else res
+        res = self.encoder(h, return_weights=return_weights)
+        last = res.last_hidden_state if return_weights else res
         out = self.head(last[:, -1])
-        return (out, res.attentions) if return_attention else out
+        return (out, res.attentions) if return_weights else out
 
 
-def _is_categorical(series) -> bool:
+def is_categorical(series) -> bool:
+    """Whether a column is treated as categorical: category, object, string or bool dtype."""
     import pandas as pd
 
     dt = series.dtype
     return (isinstance(dt, pd.CategoricalDtype) or pd.api.types.is_object_dtype(dt)
             or pd.api.types.is_string_dtype(dt) or pd.api.types.is_bool_dtype(dt))
+
+
+def infer_task(y) -> str:
+    """``"classification"`` for non-numeric, bool or integer targets with at most 20 values,
+    else ``"regression"``."""
+    import pandas as pd
+
+    s = pd.Series(y)
+    if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+        return "classification"
+    if pd.api.types.is_integer_dtype(s) and s.nunique() <= 20:
+        return "classification"
+    return "regression"
 
 
 class _FeatureAttentionBase(BaseEstimator):
@@ -135,7 +149,7 @@ class _FeatureAttentionBase(BaseEstimator):
         if fit:
             self.feature_names_in_ = np.asarray([str(c) for c in X.columns], dtype=object)
             self.n_features_in_ = X.shape[1]
-            self.cat_columns_ = [str(c) for c in X.columns if _is_categorical(X[c])]
+            self.cat_columns_ = [str(c) for c in X.columns if is_categorical(X[c])]
             self.num_columns_ = [str(c) for c in X.columns if str(c) not in self.cat_columns_]
             self.categories_ = {}
         else:
@@ -171,7 +185,7 @@ class _FeatureAttentionBase(BaseEstimator):
 
         frame = isinstance(X, pd.DataFrame)
         if fit:
-            self.from_frame_ = frame and any(_is_categorical(X[c]) for c in X.columns)
+            self.from_frame_ = frame and any(is_categorical(X[c]) for c in X.columns)
         if self.from_frame_:
             if not frame:
                 raise ValueError("this model was fitted on a DataFrame with categorical "
@@ -251,7 +265,7 @@ class _FeatureAttentionBase(BaseEstimator):
         self.net_.eval()
         total, n = None, 0
         for i in range(0, len(x_num), 512):
-            _, maps = self.net_(x_num[i:i + 512], x_cat[i:i + 512], return_attention=True)
+            _, maps = self.net_(x_num[i:i + 512], x_cat[i:i + 512], return_weights=True)
             m = torch.stack(maps).mean(dim=(0, 2)).sum(dim=0)             # (T, T)
             total = m if total is None else total + m
             n += len(x_num[i:i + 512])
@@ -278,43 +292,6 @@ class _FeatureAttentionBase(BaseEstimator):
         normalized to sum to 1 (``feature_importances_`` is this on the training data)."""
         m = self.feature_attention(X)[-1, :-1]
         return m / m.sum()
-
-    def plot_attention(self, X, path: str | Path, title: str | None = None) -> Path:
-        """Heatmap of :meth:`feature_attention` on X."""
-        from attnlab.plotting import heatmap
-
-        names = self.token_names_ + ["[CLS]"]
-        return heatmap(self.feature_attention(X), path, title=title or (
-            f"{type(self).__name__}: attention between feature tokens (mean of rows, heads, "
-            "layers)"), row_labels=names, col_labels=names, xlabel="attended token",
-            ylabel="attending token", colorbar_label="attention weight",
-            annotate=len(names) <= 14,
-            figsize=None if len(names) <= 14 else (min(14.0, 0.32 * len(names) + 4.5),
-                                                    min(12.0, 0.28 * len(names) + 3.0)))
-
-    def plot_importance(self, path: str | Path, title: str | None = None) -> Path:
-        """Bar chart of ``feature_importances_``, largest on top."""
-        import matplotlib.pyplot as plt
-
-        from attnlab.plotting import save_figure
-
-        check_is_fitted(self, "net_")
-        imp = self.feature_importances_
-        order = np.argsort(imp)
-        names = np.asarray(self.token_names_)[order]
-        fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(imp) + 1.4), dpi=120)
-        try:
-            ax.barh(range(len(imp)), imp[order], color="#2f6db3")
-            ax.set_yticks(range(len(imp)), labels=names)
-            ax.axvline(1 / len(imp), color="#999999", linestyle="--", linewidth=1,
-                       label="uniform (1/F)")
-            ax.set_xlabel("[CLS] attention (mean over heads, layers, training rows)")
-            ax.set_title(title or "Feature importance from [CLS] attention")
-            ax.legend(loc="lower right")
-            fig.tight_layout()
-            return save_figure(fig, path)
-        finally:
-            plt.close(fig)
 
     # ---- equations ----------------------------------------------------------------------
 

@@ -1,6 +1,5 @@
-"""``attnlab fit forecast|tabular|graph``, ``attnlab predict`` and ``attnlab demo seq2seq``:
-thin commands over :mod:`attnlab.models.jobs`. Usage errors follow :mod:`attnlab.cli`: one
-line, exit status 2."""
+"""The applied-model commands: ``attnlab fit forecast|tabular|graph``, ``attnlab predict`` and
+``attnlab demo seq2seq``, thin commands over :mod:`attnlab.cli.jobs`."""
 
 from __future__ import annotations
 
@@ -10,21 +9,12 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from attnlab.cli import UsageError, app, console
+from attnlab.cli.app import UsageError, app, console, positive, say
 
 fit_app = typer.Typer(help="Train an applied attention model, evaluate it against baselines, "
                       "and write metrics, figures, the model and its LaTeX equations.",
                       no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(fit_app, name="fit")
-
-
-def _say(text: str) -> None:
-    console.print(f"[dim]{text}[/dim]")
-
-
-def _positive(name: str, value: Optional[int]) -> None:
-    if value is not None and value < 1:
-        raise UsageError(f"{name} must be a whole number >= 1, got {value}")
 
 
 @fit_app.command("forecast")
@@ -50,12 +40,13 @@ def fit_forecast_cmd(
 ):
     """Forecast a time series with attention over past steps; backtest against seasonal naive,
     ETS and AR."""
-    from attnlab.models import datasets, jobs
+    from attnlab.cli import jobs, readers
+    from attnlab.models import datasets
 
-    _positive("--horizon", horizon)
-    _positive("--season", season)
-    _positive("--lookback", lookback)
-    _positive("--origins", origins)
+    positive("--horizon", horizon)
+    positive("--season", season)
+    positive("--lookback", lookback)
+    positive("--origins", origins)
     try:
         if example is not None:
             if csv is not None:
@@ -69,13 +60,13 @@ def fit_forecast_cmd(
             if csv is None or target is None:
                 raise UsageError("give --csv F --target COL (or --example co2|sunspots)")
             cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
-            y, X = jobs.series_from_csv(csv, target, time, cols)
+            y, X = readers.series_from_csv(csv, target, time, cols)
             name = target
             horizon = horizon or (season or 12)
             origins = origins or 10
         with console.status("fitting (backtest, then the final model)"):
             m = jobs.fit_forecast(y, out, X=X, horizon=horizon, season=season,
-                                  n_origins=origins, name=name, say=_say, refit=refit,
+                                  n_origins=origins, name=name, say=say, refit=refit,
                                   encoder=encoder,
                                   lookback=lookback, max_epochs=max_epochs, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
@@ -105,9 +96,10 @@ def fit_tabular_cmd(
 ):
     """Attention over table features (FT-Transformer); cross-validate against linear and
     gradient-boosting baselines."""
-    from attnlab.models import datasets, jobs
+    from attnlab.cli import jobs, readers
+    from attnlab.models import datasets
 
-    _positive("--folds", folds)
+    positive("--folds", folds)
     if folds < 2:
         raise UsageError(f"--folds must be at least 2, got {folds}")
     try:
@@ -121,13 +113,13 @@ def fit_tabular_cmd(
             if csv is None or target is None:
                 raise UsageError("give --csv F --target COL (or --example diabetes|"
                                  "breast_cancer|wine)")
-            df = jobs.read_csv(csv)
-            jobs._column(df, target, "--target", csv)
+            df = readers.read_csv(csv)
+            readers.require_column(df, target, "--target", csv)
             if df[target].isna().any():
                 raise UsageError(f"--target column {target!r} has empty cells; drop those rows")
             X, y, name = df.drop(columns=[target]), df[target], target
         with console.status("cross-validating, then fitting the final model"):
-            m = jobs.fit_tabular(X, y, out, task=task, folds=folds, name=name, say=_say,
+            m = jobs.fit_tabular(X, y, out, task=task, folds=folds, name=name, say=say,
                                  max_epochs=max_epochs, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
@@ -157,8 +149,8 @@ def fit_graph_cmd(
 ):
     """Node classification with graph attention (GAT); draw the graph with edge width by
     attention."""
-    from attnlab.models import graph as G
-    from attnlab.models import jobs
+    from attnlab.cli import jobs, readers
+    from attnlab.models.graph_data import karate
 
     try:
         if example is not None:
@@ -167,13 +159,13 @@ def fit_graph_cmd(
             if edges is not None:
                 raise UsageError("give either --edges or --example, not both")
             with console.status("karate club: 20 seeds of GAT and label propagation"):
-                m = jobs.fit_graph(G.karate(), out, karate_seeds=20, max_epochs=max_epochs,
+                m = jobs.fit_graph(karate(), out, karate_seeds=20, max_epochs=max_epochs,
                                    seed=seed)
         else:
             if edges is None or labels is None:
                 raise UsageError("give --edges E.csv --labels Y.csv [--features X.csv] (or "
                                  "--example karate)")
-            m = jobs.fit_graph(G.from_csv(edges, features, labels), out,
+            m = jobs.fit_graph(readers.graph_from_csv(edges, features, labels), out,
                                max_epochs=max_epochs, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
@@ -204,7 +196,8 @@ def demo_seq2seq(
     import json
 
     from attnlab._files import write_text_atomic
-    from attnlab.models.seq2seq import ReversalSeq2Seq, plot_alignment
+    from attnlab.models.seq2seq import ReversalSeq2Seq
+    from attnlab.plots.seq2seq import plot_alignment
 
     if not text or not text.isdigit() or len(text) > 12:
         raise UsageError(f"--text must be 1 to 12 digits, got {text!r}")
@@ -233,9 +226,9 @@ def predict(
     out: Path = typer.Option(Path("out/predictions.csv"), help="CSV to write."),
 ):
     """Predict with a saved model: a forecast, or one prediction per CSV row."""
-    from attnlab.models import jobs
+    from attnlab.cli import jobs
 
-    _positive("--horizon", horizon)
+    positive("--horizon", horizon)
     try:
         path, rows = jobs.predict_saved(model, out, csv=csv, target=target, time=time,
                                         horizon=horizon)

@@ -1,93 +1,84 @@
 """Figures of an inspection: one head, the model-wide grid, metric grids, rollout, head map.
 
-Every figure is written as PNG and SVG (atomically, see :func:`attnlab.plotting.save_figure`).
+Every figure is written as PNG and SVG, atomically (see :func:`attnlab.plots.figure`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from attnlab.inspect.metrics import METRIC_TITLES  # noqa: E402
-from attnlab.inspect.taxonomy import LABELS  # noqa: E402
-from attnlab.plotting import heatmap, save_figure  # noqa: E402
+from attnlab.inspect.metrics import METRIC_TITLES
+from attnlab.inspect.taxonomy import LABELS
+from attnlab.plots._figure import figure
+from attnlab.plots.heatmap import heatmap
 
 LABEL_COLORS = dict(zip(LABELS, ["#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e",
                                  "#8c564b", "#2ca02c", "#7f7f7f"]))
 
 
-def _both(fig, stem: Path) -> list[Path]:
-    return [save_figure(fig, stem.with_suffix(".png")), save_figure(fig, stem.with_suffix(".svg"))]
+def _both(stem: Path) -> list[Path]:
+    return [stem.with_suffix(".png"), stem.with_suffix(".svg")]
 
 
 def head_figure(a: torch.Tensor, tokens: list[str], layer: int, head: int,
                 out_dir: Path) -> list[Path]:
-    stem = out_dir / f"head_L{layer}_H{head}"
-    png = heatmap(a, stem.with_suffix(".png"), title=f"layer {layer}, head {head}",
-                  row_labels=tokens, col_labels=tokens, vmin=0.0, vmax=1.0, annotate=False,
-                  colorbar_label="attention weight")
-    svg = heatmap(a, stem.with_suffix(".svg"), title=f"layer {layer}, head {head}",
-                  row_labels=tokens, col_labels=tokens, vmin=0.0, vmax=1.0, annotate=False,
-                  colorbar_label="attention weight")
-    return [png, svg]
+    paths = _both(out_dir / f"head_L{layer}_H{head}")
+    heatmap(a, paths, title=f"layer {layer}, head {head}", row_labels=tokens, col_labels=tokens,
+            vmin=0.0, vmax=1.0, annotate=False, colorbar_label="attention weight")
+    return paths
 
 
 def model_grid(maps: torch.Tensor, out_dir: Path) -> list[Path]:
     """All layers x heads as small heatmaps (rows: layers, columns: heads)."""
     n_layers, n_heads = maps.shape[:2]
-    fig, axes = plt.subplots(n_layers, n_heads, figsize=(1.1 * n_heads + 1, 1.1 * n_layers + 0.8),
-                             dpi=110, squeeze=False)
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            ax = axes[layer][head]
-            ax.imshow(maps[layer, head].numpy(), cmap="viridis", vmin=0, vmax=1,
-                      interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if layer == 0:
-                ax.set_title(f"H{head}", fontsize=8)
-            if head == 0:
-                ax.set_ylabel(f"L{layer}", fontsize=8)
-    fig.suptitle("attention maps, every layer (rows) and head (columns)")
-    fig.tight_layout()
-    try:
-        return _both(fig, out_dir / "model_grid")
-    finally:
-        plt.close(fig)
+    paths = _both(out_dir / "model_grid")
+    with figure(paths, figsize=(1.1 * n_heads + 1, 1.1 * n_layers + 0.8), dpi=110) as fig:
+        axes = fig.subplots(n_layers, n_heads, squeeze=False)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                ax = axes[layer][head]
+                ax.imshow(maps[layer, head].numpy(), cmap="viridis", vmin=0, vmax=1,
+                          interpolation="nearest")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if layer == 0:
+                    ax.set_title(f"H{head}", fontsize=8)
+                if head == 0:
+                    ax.set_ylabel(f"L{layer}", fontsize=8)
+        fig.suptitle("attention maps, every layer (rows) and head (columns)")
+    return paths
 
 
 def metric_grid(values: torch.Tensor, name: str, out_dir: Path) -> list[Path]:
     """A (layers x heads) metric as an annotated heatmap."""
     n_layers, n_heads = values.shape
-    stem = out_dir / f"metric_{name}"
-    labels = dict(row_labels=[f"L{i}" for i in range(n_layers)],
-                  col_labels=[f"H{j}" for j in range(n_heads)], xlabel="head", ylabel="layer")
-    return [heatmap(values, stem.with_suffix(ext), title=METRIC_TITLES.get(name, name), vmin=0.0,
-                    vmax=1.0 if float(values.max()) <= 1.0 else None, annotate=True, **labels)
-            for ext in (".png", ".svg")]
+    paths = _both(out_dir / f"metric_{name}")
+    heatmap(values, paths, title=METRIC_TITLES.get(name, name), vmin=0.0,
+            vmax=1.0 if float(values.max()) <= 1.0 else None, annotate=True,
+            row_labels=[f"L{i}" for i in range(n_layers)],
+            col_labels=[f"H{j}" for j in range(n_heads)], xlabel="head", ylabel="layer")
+    return paths
 
 
 def rollout_figure(r: torch.Tensor, tokens: list[str], out_dir: Path, name: str = "rollout",
                    title: str = "attention rollout") -> list[Path]:
-    stem = out_dir / name
-    return [heatmap(r, stem.with_suffix(ext), title=title, row_labels=tokens, col_labels=tokens,
-                    xlabel="input token", ylabel="output position", annotate=False,
-                    colorbar_label="contribution") for ext in (".png", ".svg")]
+    paths = _both(out_dir / name)
+    heatmap(r, paths, title=title, row_labels=tokens, col_labels=tokens,
+            xlabel="input token", ylabel="output position", annotate=False,
+            colorbar_label="contribution")
+    return paths
 
 
 def embedding_figure(xy: torch.Tensor, labels: list[list[str]], out_dir: Path) -> list[Path]:
     """Heads placed by metric MDS of their JS distances, coloured by taxonomy label."""
     n_heads = len(labels[0])
     flat = [lab for row in labels for lab in row]
-    fig, ax = plt.subplots(figsize=(7, 5.5), dpi=110)
-    try:
+    paths = _both(out_dir / "head_embedding")
+    with figure(paths, figsize=(7, 5.5), dpi=110) as fig:
+        ax = fig.add_subplot()
         pts = np.asarray(xy)
         for label in LABELS:
             idx = [i for i, lab in enumerate(flat) if lab == label]
@@ -101,10 +92,7 @@ def embedding_figure(xy: torch.Tensor, labels: list[list[str]], out_dir: Path) -
         ax.set_xticks([])
         ax.set_yticks([])
         ax.legend(fontsize=8, loc="best")
-        fig.tight_layout()
-        return _both(fig, out_dir / "head_embedding")
-    finally:
-        plt.close(fig)
+    return paths
 
 
 def write_figures(ins, out_dir: Path, head: tuple[int, int] | None = None) -> dict[str, Path]:

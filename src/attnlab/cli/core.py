@@ -1,42 +1,14 @@
-"""The ``attnlab`` command. Usage errors print one line and exit 2, never a traceback."""
+"""The core commands: ``attnlab explain``, ``backends``, ``inspect`` and ``bench``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(
-    help="attnlab: attention from the formula to fast, inspectable code.",
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-console = Console()
-
-
-class UsageError(Exception):
-    """Bad input from the command line: one line on stderr, exit status 2."""
-
-
-def _parse_window(text: Optional[str]):
-    """'W' -> W, 'L,R' -> (L, R); 'none' on a side means unbounded."""
-    if text is None:
-        return None
-    parts = [p.strip().lower() for p in text.split(",")]
-    try:
-        vals = [None if p in ("none", "") else int(p) for p in parts]
-    except ValueError:
-        raise UsageError(f"--window must be W or L,R with whole numbers (none = unbounded), "
-                         f"got {text!r}; e.g. --window 2,0") from None
-    if len(vals) == 1 and vals[0] is not None:
-        return vals[0]
-    if len(vals) == 2:
-        return tuple(vals)
-    raise UsageError(f"--window must be W or L,R, got {text!r}; e.g. --window 2,0")
+from attnlab.cli.app import UsageError, app, console, parse_window
 
 
 @app.command()
@@ -56,7 +28,8 @@ def explain(
     head: int = typer.Option(0, help="Head of --model (0-based)."),
 ):
     """Show every step of attention on real numbers and check the code equals the formula."""
-    from attnlab.explain import example, model_walk, render, walk, write_heatmaps
+    from attnlab.explain import example, model_walk, render, walk
+    from attnlab.plots.explain import write_heatmaps
 
     for name, val, lo, hi in (("--n", n, 1, 64), ("--d", d, 1, 64)):
         if val is not None and not lo <= val <= hi:
@@ -71,7 +44,7 @@ def explain(
             wt = model_walk(text or "The cat sat on the mat.", model, layer=layer, head=head)
         else:
             tokens, q, k, v = example(n=n, d=d, seed=seed)
-            wt = walk(tokens, q, k, v, causal=causal, window=_parse_window(window),
+            wt = walk(tokens, q, k, v, causal=causal, window=parse_window(window),
                       temperature=temperature)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
@@ -119,7 +92,7 @@ def inspect_cmd(
     """Capture, measure and label every attention head; write an offline HTML report."""
     from rich.progress import Progress
 
-    from attnlab.inspect.figures import write_figures
+    from attnlab.plots.inspect import write_figures
     from attnlab.inspect.report import write_report
     from attnlab.inspect.run import DEFAULT_TEXT, inspect_texts
 
@@ -164,11 +137,13 @@ def bench(
 ):
     """Time, memory and error of every backend and approximation against SDPA and FlexAttention."""
     from attnlab import bench as B
+    from attnlab.plots.bench import plot
 
     sizes = n or (B.QUICK_SIZES if quick else B.SIZES)
     if any(s < 64 or s > 65536 for s in sizes):
         raise UsageError(f"--n must be between 64 and 65536, got {sizes}")
     result = B.run(sorted(set(sizes)), out, console)
+    result["plots"] = [str(p) for p in plot(result, out)]
     cells = result["cells"]
     get = {(c["group"], c["method"], c["n"], c["mode"]): c for c in cells}
     for group, methods in B.GROUPS.items():
@@ -210,50 +185,3 @@ def bench(
         console.print(line)
     console.print(f"results and plots written to {out}/: results.json, "
                   + ", ".join(Path(p).name for p in result["plots"]))
-
-
-# The applied-model commands (fit, predict, demo) register themselves on `app`.
-from attnlab import cli_models  # noqa: E402,F401
-
-
-def app_help() -> str:
-    """The top-level --help text."""
-    import io
-    from contextlib import redirect_stdout
-
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        try:
-            app(args=["--help"], standalone_mode=False)
-        except typer.Exit:
-            pass
-    return buf.getvalue()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script."""
-    try:
-        app(args=argv, standalone_mode=False)
-    except UsageError as exc:
-        print(f"attnlab: error: {exc}", file=sys.stderr)
-        return 2
-    except typer.Exit as exc:
-        return exc.exit_code
-    except typer.Abort:
-        print("attnlab: aborted", file=sys.stderr)
-        return 130
-    except typer.TyperException as exc:          # typer's usage errors (unknown option, bad value)
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            print(app_help(), end="")
-            return 0
-        print(f"attnlab: error: {exc.format_message()} (see attnlab --help)", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    # Run the imported module's app: `python -m attnlab.cli` executes this file as __main__,
-    # a second copy on which cli_models registered nothing.
-    from attnlab.cli import main as _main
-
-    sys.exit(_main())

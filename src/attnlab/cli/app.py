@@ -1,0 +1,65 @@
+"""The typer application every command registers on, its console, and the one usage error.
+
+Usage errors print one line on stderr and exit with status 2, never a traceback; the
+library's own errors (``ValueError`` and friends, which name arguments, not flags) are turned
+into usage errors by the commands.
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stdout
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    help="attnlab: attention from the formula to fast, inspectable code.",
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+console = Console()
+
+
+class UsageError(Exception):
+    """Bad input from the command line: one line on stderr, exit status 2."""
+
+
+def say(text: str) -> None:
+    """A dim progress line."""
+    console.print(f"[dim]{text}[/dim]")
+
+
+def positive(name: str, value: Optional[int]) -> None:
+    """Refuse a flag value below 1."""
+    if value is not None and value < 1:
+        raise UsageError(f"{name} must be a whole number >= 1, got {value}")
+
+
+def parse_window(text: Optional[str]):
+    """'W' -> W, 'L,R' -> (L, R); 'none' on a side means unbounded."""
+    if text is None:
+        return None
+    parts = [p.strip().lower() for p in text.split(",")]
+    try:
+        vals = [None if p in ("none", "") else int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--window must be W or L,R with whole numbers (none = unbounded), "
+                         f"got {text!r}; e.g. --window 2,0") from None
+    if len(vals) == 1 and vals[0] is not None:
+        return vals[0]
+    if len(vals) == 2:
+        return tuple(vals)
+    raise UsageError(f"--window must be W or L,R, got {text!r}; e.g. --window 2,0")
+
+
+def app_help() -> str:
+    """The top-level --help text."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        try:
+            app(args=["--help"], standalone_mode=False)
+        except typer.Exit:
+            pass
+    return buf.getvalue()

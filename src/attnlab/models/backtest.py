@@ -1,0 +1,92 @@
+"""Rolling-origin evaluation of a forecaster next to the statistical baselines.
+
+Origins ``T_k`` are the last ``n_origins`` positions ``step`` apart such that every forecast
+``y[T_k : T_k + horizon]`` lies inside ``y`` (Hyndman & Athanasopoulos, *Forecasting:
+Principles and Practice*, 5.10 "time series cross-validation"). Errors are MAE, RMSE, MAPE and
+MASE, the last scaled by the in-sample seasonal-naive MAE before the first origin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.base import clone
+
+from attnlab.models.baselines import BASELINES, forecast_errors
+
+
+@dataclass
+class BacktestResult:
+    """What :func:`rolling_origin` measured.
+
+    Attributes:
+        metrics: ``{method: {"MAE", "RMSE", "MAPE", "MASE"}}`` over every origin and step.
+        origins: index in ``y`` of the first forecast point of each origin, ``(n_origins,)``.
+        actual: ``(n_origins, horizon)`` true values.
+        forecasts: ``{method: (n_origins, horizon)}``.
+        attention: ``(n_origins, lookback)`` the forecaster's weights over past steps
+            (column j is lag ``lookback - j``).
+        model: the forecaster fitted on ``y[:origins[0]]`` (with ``refit``, the first of
+            the ones fitted).
+    """
+
+    metrics: dict[str, dict[str, float]]
+    origins: np.ndarray
+    actual: np.ndarray
+    forecasts: dict[str, np.ndarray]
+    attention: np.ndarray
+    model: object
+
+    def table(self) -> str:
+        """The metrics as a Markdown table, best MASE first."""
+        rows = sorted(self.metrics.items(), key=lambda kv: kv[1]["MASE"])
+        out = ["| method | MAE | RMSE | MAPE % | MASE |", "|---|---|---|---|---|"]
+        for name, m in rows:
+            out.append(f"| {name} | {m['MAE']:.3f} | {m['RMSE']:.3f} | {m['MAPE']:.2f} | "
+                       f"{m['MASE']:.3f} |")
+        return "\n".join(out)
+
+
+
+
+def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_origins: int = 10,
+                   step: int | None = None,
+                   baselines: tuple[str, ...] = ("seasonal_naive", "ets", "ar"),
+                   refit: bool = False) -> BacktestResult:
+    """Backtest ``forecaster`` (an unfitted estimator with ``horizon``, ``effective_season``,
+    ``min_length``, ``fit(y, X)`` and ``predict(horizon, y, X)``) on the checked series ``y``
+    and past covariates ``X``; see :meth:`~attnlab.models.forecast.AttentionForecaster.backtest`.
+    """
+    H, m = forecaster.horizon, forecaster.effective_season
+    step = H if step is None else step
+    if not isinstance(n_origins, (int, np.integer)) or n_origins < 1:
+        raise ValueError(f"n_origins must be an int >= 1, got {n_origins!r}")
+    last = len(y) - H
+    origins = last - step * np.arange(n_origins)[::-1]
+    if origins[0] < forecaster.min_length:
+        raise ValueError(f"y has {len(y)} observations: {n_origins} origins {step} apart "
+                         f"with horizon {H} leave {origins[0]} for training, fewer than "
+                         f"the {forecaster.min_length} needed; use fewer origins")
+    unknown = set(baselines) - set(BASELINES)
+    if unknown:
+        raise ValueError(f"baselines must be among {', '.join(BASELINES)}; got "
+                         f"{sorted(unknown)}")
+    t0 = int(origins[0])
+    model = first = clone(forecaster).fit(y[:t0], None if X is None else X[:t0])
+    scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
+    actual = np.stack([y[t:t + H] for t in origins])
+    names = ["attention"] + list(baselines)
+    fc = {name: [] for name in names}
+    weights = []
+    for t in origins:
+        xt = None if X is None else X[:t]
+        if refit and t != t0:
+            model = clone(forecaster).fit(y[:t], xt)
+        fc["attention"].append(model.predict(H, y[:t], xt))
+        weights.append(model.attention_)
+        for name in baselines:
+            fc[name].append(BASELINES[name](y[:t], H, m))
+    forecasts = {k: np.stack(v) for k, v in fc.items()}
+    metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
+    return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first)

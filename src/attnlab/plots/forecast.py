@@ -1,0 +1,80 @@
+"""Figures of a forecaster: the backtest, attention per origin, the forecast and its window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.plots._figure import figure
+from attnlab.plots.heatmap import heatmap
+
+COLORS = {"attention": "#d62728", "seasonal_naive": "#7f7f7f", "naive": "#bcbd22",
+          "ets": "#2ca02c", "ar": "#1f77b4"}
+
+
+def time_label(index, i: int) -> str:
+    """The label of step ``i``: its date (``YYYY-MM-DD``) with a date index, else the step."""
+    if index is None:
+        return str(int(i))
+    v = index[int(i)]
+    return v.strftime("%Y-%m-%d") if hasattr(v, "strftime") else str(v)
+
+
+def _x(index, n: int):
+    import pandas as pd
+
+    return index if isinstance(index, pd.DatetimeIndex) else np.arange(n)
+
+
+def plot_backtest(y, bt, path, name: str) -> Path:
+    """The series' test part with every origin's forecasts from each method."""
+    yv = np.asarray(y, dtype=float)
+    x = _x(getattr(y, "index", None), len(yv))
+    H = bt.actual.shape[1]
+    start = max(0, int(bt.origins[0]) - 3 * H)
+    with figure(path, figsize=(10, 4)) as fig:
+        ax = fig.add_subplot()
+        ax.plot(x[start:], yv[start:], color="black", linewidth=1.2, label="observed")
+        for name_m, fc in bt.forecasts.items():
+            for k, t in enumerate(bt.origins):
+                ax.plot(x[t:t + H], fc[k], color=COLORS.get(name_m, None), linewidth=1.1,
+                        alpha=0.9, label=f"{name_m} (MASE {bt.metrics[name_m]['MASE']:.2f})"
+                        if k == 0 else None, linestyle="-" if name_m == "attention" else "--")
+        ax.axvline(x[int(bt.origins[0])], color="#999999", linewidth=0.8)
+        ax.set_title(f"{name}: rolling-origin backtest, {len(bt.origins)} origins, horizon {H}")
+        ax.set_ylabel(name)
+        ax.legend(loc="upper left", fontsize=8)
+    return Path(path)
+
+
+def plot_forecast_attention(bt, path, index, name: str) -> Path:
+    """Heatmap: one row per forecast origin, one column per past step (lag)."""
+    L = bt.attention.shape[1]
+    cols = [f"t-{L - j}" if (L - j) % max(1, L // 12) == 0 or j == L - 1 else ""
+            for j in range(L)]
+    rows = [time_label(index, t) for t in bt.origins]
+    return heatmap(bt.attention, path, title=f"{name}: attention over the past {L} steps, "
+                   "per forecast origin", row_labels=rows, col_labels=cols,
+                   xlabel="past time step (lag before the origin)", ylabel="forecast origin",
+                   colorbar_label="attention weight", annotate=False,
+                   figsize=(min(12.0, 0.22 * L + 3.5), 0.35 * len(rows) + 2.2))
+
+
+def plot_future(y, future, weights, lookback: int, path, name: str) -> Path:
+    """The end of the series, the forecast, and the attention over the window it read."""
+    yv = np.asarray(y, dtype=float)
+    n, H = len(yv), len(future)
+    with figure(path, figsize=(10, 5)) as fig:
+        ax, axw = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+        start = max(0, n - 2 * lookback)
+        ax.plot(range(start - n, 0), yv[start:], color="black", label="observed")
+        ax.plot(range(0, H), future, color="#d62728", marker="o", markersize=3,
+                label=f"forecast ({H} steps)")
+        ax.axvspan(-lookback - 0.5, -0.5, color="#2f6db3", alpha=0.08, label="window read")
+        ax.set_title(f"{name}: forecast and the attention over the window it read")
+        ax.legend(loc="upper left", fontsize=8)
+        axw.bar(range(-lookback, 0), weights, color="#2f6db3", width=0.9)
+        axw.set_ylabel("attention")
+        axw.set_xlabel("time step relative to the end of the series")
+    return Path(path)

@@ -1,0 +1,85 @@
+"""Heatmaps of matrices: scores, weights, masks, metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Rectangle
+
+from attnlab.plots._figure import figure
+
+
+def heatmap(matrix, path: str | Path | Sequence[str | Path], *, title: str,
+            row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+            xlabel: str = "key", ylabel: str = "query", cmap: str = "viridis",
+            annotate: bool | None = None, vmin: float | None = None, vmax: float | None = None,
+            colorbar_label: str = "", fmt: str = "{:.2f}", center: bool = False,
+            categories: Sequence[str] | None = None,
+            figsize: tuple[float, float] | None = None) -> Path:
+    """Draw a matrix as a heatmap with labelled axes; -inf cells (masked) are drawn hatched grey.
+
+    Args:
+        matrix: ``(N_q, N_k)`` array or tensor.
+        path: output file (.png or .svg), or several (the same figure in each format).
+        annotate: write each value in its cell (with ``fmt``); default when the matrix is at
+            most 12 x 12.
+        center: make the colour scale symmetric around 0 (for signed scores).
+        categories: draw integer cells 0..len-1 as discrete categories with these names.
+        figsize: inches; default grows with the matrix (0.75 per column, 0.6 per row).
+
+    Returns:
+        the (first) path written.
+    """
+    m = np.asarray(matrix.detach().cpu() if hasattr(matrix, "detach") else matrix, dtype=float)
+    n_rows, n_cols = m.shape
+    masked = ~np.isfinite(m)
+    shown = np.ma.masked_array(m, mask=masked)
+    if annotate is None:
+        annotate = n_rows <= 12 and n_cols <= 12
+    if center and np.isfinite(m).any():
+        lim = float(np.abs(m[np.isfinite(m)]).max()) or 1.0
+        vmin, vmax = -lim, lim
+    size = figsize or (max(4.0, 0.75 * n_cols + 2.5), max(3.0, 0.6 * n_rows + 1.8))
+    with figure(path, figsize=size) as fig:
+        ax = fig.add_subplot()
+        if categories is not None:
+            colormap = ListedColormap(["#eeeeee", "#2f6db3", "#e0812b"][:len(categories)])
+            vmin, vmax = -0.5, len(categories) - 0.5
+        else:
+            colormap = matplotlib.colormaps[cmap]
+        colormap = colormap.with_extremes(bad="#d9d9d9")
+        im = ax.imshow(shown, cmap=colormap, vmin=vmin, vmax=vmax, aspect="auto",
+                       interpolation="nearest")
+        if masked.any():
+            ys, xs = np.nonzero(masked)
+            for y, x in zip(ys, xs):
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///",
+                                       edgecolor="#9a9a9a", linewidth=0))
+        cbar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        if categories is not None:
+            cbar.set_ticks(range(len(categories)), labels=list(categories))
+        if colorbar_label:
+            cbar.set_label(colorbar_label)
+        if row_labels is not None:
+            ax.set_yticks(range(n_rows), labels=list(row_labels))
+        if col_labels is not None:
+            ax.set_xticks(range(n_cols), labels=list(col_labels), rotation=45, ha="right")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if annotate:
+            for y in range(n_rows):
+                for x in range(n_cols):
+                    if masked[y, x]:
+                        ax.text(x, y, "-inf" if m[y, x] < 0 else "", ha="center", va="center",
+                                fontsize=8, color="#555555")
+                        continue
+                    r, g, b, _ = colormap(im.norm(m[y, x]))
+                    light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5     # text must contrast
+                    ax.text(x, y, fmt.format(m[y, x]), ha="center", va="center", fontsize=8,
+                            color="black" if light else "white")
+    return Path(path if isinstance(path, (str, Path)) else path[0])
