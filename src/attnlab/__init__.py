@@ -9,6 +9,7 @@ from attnlab.core import (
     masks,
     merge_partials,
     register_backend,
+    unregister_backend,
     which_backend,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "masks",
     "merge_partials",
     "register_backend",
+    "unregister_backend",
     "which_backend",
 ]

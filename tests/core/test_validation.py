@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from attnlab import attention, register_backend, Capabilities
-from attnlab.core.registry import _REGISTRY
+from attnlab import Capabilities, attention, list_backends, register_backend, unregister_backend
 
 q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 3)
 
@@ -84,4 +83,7 @@ def test_custom_backend_runs_when_named_and_approximations_never_auto():
         assert which_backend(q, k, v) != "test-approx"
         assert attention(q, k, v, backend="test-approx").shape == (2, 5, 3)
     finally:
-        del _REGISTRY["test-approx"]
+        unregister_backend("test-approx")
+    assert "test-approx" not in list_backends()
+    with pytest.raises(ValueError, match="backend must be one of"):
+        unregister_backend("test-approx")

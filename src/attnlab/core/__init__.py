@@ -13,7 +13,8 @@ Leading dims may be any broadcastable shape; (B, H) is the common case.
 
 from attnlab.core import masks
 from attnlab.core.api import attend, attention, which_backend
-from attnlab.core.registry import Backend, Capabilities, list_backends, register_backend
+from attnlab.core.registry import (Backend, Capabilities, list_backends, register_backend,
+                                   unregister_backend)
 from attnlab.core.softmax import masked_softmax, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
@@ -29,5 +30,6 @@ __all__ = [
     "masks",
     "merge_partials",
     "register_backend",
+    "unregister_backend",
     "which_backend",
 ]

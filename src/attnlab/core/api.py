@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
-from attnlab.core.backends.reference import weigh_values
 from attnlab.core.registry import select_backend
-from attnlab.core.spec import AttentionOutput, build_spec
+from attnlab.core.spec import AttentionOutput, build_spec, describe, spec_from_shapes
+from attnlab.core.weigh import weigh_values
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
@@ -105,20 +105,43 @@ def attend(scores: torch.Tensor, v: torch.Tensor, *, mask=None, causal: bool = F
         >>> attend(s, v, causal=True).shape
         torch.Size([2, 5, 3])
     """
-    if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
-        raise TypeError("scores must be a tensor of shape (..., N_q, N_k), got "
-                        f"{type(scores).__name__ if not isinstance(scores, torch.Tensor) else tuple(scores.shape)}")
-    # Validate through the same spec as attention(): a zero-width q/k stands in for the scores.
-    q = scores.new_zeros(*scores.shape[:-1], 0)                  # (..., N_q, 0)
-    k = scores.new_zeros(*scores.shape[:-2], scores.shape[-1], 0)  # (..., N_k, 0)
-    if isinstance(v, torch.Tensor) and v.dtype != scores.dtype:
-        raise TypeError(f"scores and v must share one dtype, got {scores.dtype} and {v.dtype}; "
-                        "cast one, e.g. v.to(scores.dtype)")
-    spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=1.0,
-                      temperature=temperature, dropout_p=dropout_p, generator=generator,
-                      return_weights=return_weights, return_lse=return_lse)
-    v = v.expand(*spec.batch_shape, *v.shape[-2:])
+    batch_shape = _validate_scores(scores, v)
+    spec = spec_from_shapes(
+        batch_shape, scores.shape[-2], scores.shape[-1], 0, v.shape[-1], scores.dtype,
+        scores.device, requires_grad=torch.is_grad_enabled() and (scores.requires_grad
+                                                                  or v.requires_grad),
+        mask=mask, causal=causal, window=window, scale=1.0, temperature=temperature,
+        dropout_p=dropout_p, generator=generator, return_weights=return_weights,
+        return_lse=return_lse)
+    scores = scores.expand(*spec.batch_shape, *scores.shape[-2:])  # (*batch, N_q, N_k)
+    v = v.expand(*spec.batch_shape, *v.shape[-2:])                # (*batch, N_k, D_v)
     result = weigh_values(scores / spec.temperature, v, spec)
     if return_weights or return_lse:
         return result
     return result.out
+
+
+def _validate_scores(scores, v) -> tuple[int, ...]:
+    """Check the tensors of :func:`attend`; returns the broadcast batch shape."""
+    for name, t, shape in (("scores", scores, "(..., N_q, N_k)"), ("v", v, "(..., N_k, D_v)")):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            raise TypeError(f"{name} must be a tensor of shape {shape}, got {describe(t)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}; convert with "
+                            f"{name}.float()")
+    if v.dtype != scores.dtype:
+        raise TypeError(f"scores and v must share one dtype, got {scores.dtype} and {v.dtype}; "
+                        "cast one, e.g. v.to(scores.dtype)")
+    if v.device != scores.device:
+        raise ValueError(f"scores and v must be on one device, got {scores.device} and "
+                         f"{v.device}; move v with v.to(scores.device)")
+    if scores.shape[-1] != v.shape[-2]:
+        raise ValueError(f"scores has {scores.shape[-1]} keys (dim -1) but v has {v.shape[-2]} "
+                         f"(dim -2), got scores {tuple(scores.shape)} and v {tuple(v.shape)}; "
+                         "pair every key with a value")
+    try:
+        return tuple(torch.broadcast_shapes(scores.shape[:-2], v.shape[:-2]))
+    except RuntimeError:
+        raise ValueError(f"leading dims of scores {tuple(scores.shape[:-2])} and v "
+                         f"{tuple(v.shape[:-2])} do not broadcast; give them the same (B, H) "
+                         "or size 1 where shared") from None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core import masks as M
+from attnlab.core.masks import band_range
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,10 +61,6 @@ class BlockLayout:
         return keep
 
     @property
-    def num_items(self) -> int:
-        return int(self.items_q.shape[0])
-
-    @property
     def slots(self) -> int:
         return int(self.items_kv.shape[1])
 
@@ -81,16 +78,6 @@ class BlockLayout:
         return BlockLayout(self.n_q, self.n_k, self.block_q, self.block_k, self.band,
                            self.mask_fn, self.items_q.to(device), self.items_kv.to(device),
                            self.items_round.to(device), self.keep.to(device), self.density)
-
-
-def _band_candidates(band, offset: int, q0: int, q1: int, n_k: int) -> tuple[int, int]:
-    """Key range [lo, hi) that the band allows for query rows q0..q1-1."""
-    if band is None:
-        return 0, n_k
-    left, right = band
-    lo = 0 if left is None else max(0, q0 + offset - left)
-    hi = n_k if right is None else min(n_k, q1 - 1 + offset + right + 1)
-    return lo, max(lo, hi)
 
 
 def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool = False,
@@ -140,7 +127,7 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
     tiles: list[list[torch.Tensor]] = []
     for qb in range(nqb):
         q0, q1 = qb * bq, min((qb + 1) * bq, n_q)
-        lo, hi = _band_candidates(band, offset, q0, q1, n_k)
+        lo, hi = band_range(band, offset, q0, q1, n_k)[:2]
         kb_lo, kb_hi = lo // bk, -(-hi // bk)
         if kb_hi <= kb_lo:
             per_block.append([])

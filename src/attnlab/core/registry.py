@@ -93,6 +93,14 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
     return backend
 
 
+def unregister_backend(name: str) -> Backend:
+    """Remove the backend registered under ``name`` and return it (so a test or a plug-in can
+    put back what it replaced with ``register_backend(..., overwrite=True)``)."""
+    backend = get_backend(name)
+    del _REGISTRY[name]
+    return backend
+
+
 def list_backends() -> dict[str, Backend]:
     """All registered backends by name, in registration order."""
     return dict(_REGISTRY)

@@ -140,7 +140,8 @@ class AttentionSpec:
         return None
 
 
-def _describe(x: Any) -> str:
+def describe(x: Any) -> str:
+    """A value as an error message shows it: a tensor by shape and dtype."""
     if isinstance(x, torch.Tensor):
         return f"tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
     return f"{type(x).__name__} {x!r}"
@@ -149,7 +150,7 @@ def _describe(x: Any) -> str:
 def _validate_qkv(q: Any, k: Any, v: Any) -> tuple[int, ...]:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (..., N, D), got {_describe(t)}; "
+            raise TypeError(f"{name} must be a torch.Tensor of shape (..., N, D), got {describe(t)}; "
                             f"convert with torch.as_tensor({name})")
         if t.dtype not in _FLOAT_DTYPES:
             raise TypeError(f"{name} must be a floating tensor (float64, float32, float16 or bfloat16), "
@@ -188,7 +189,7 @@ def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
         return None, mask
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a bool tensor (True = may attend), a float tensor (additive "
-                        f"bias) or a mask function, got {_describe(mask)}; build one with "
+                        f"bias) or a mask function, got {describe(mask)}; build one with "
                         "attnlab.core.masks")
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         raise TypeError(f"mask must be bool (True = may attend) or floating (additive bias), got "
@@ -235,29 +236,43 @@ def build_spec(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False
                return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
     """Validate the public arguments of :func:`attnlab.attention` and build the spec."""
     batch_shape = _validate_qkv(q, k, v)
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    mask_t, mask_fn = _validate_mask(mask, batch_shape, n_q, n_k, q.device)
+    return spec_from_shapes(
+        batch_shape, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], q.dtype, q.device,
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        mask=mask, causal=causal, window=window, scale=scale, temperature=temperature,
+        dropout_p=dropout_p, generator=generator, return_weights=return_weights,
+        return_lse=return_lse)
+
+
+def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int, d_v: int,
+                     dtype: torch.dtype, device: torch.device, *, requires_grad: bool,
+                     mask: Any = None, causal: bool = False, window: Any = None,
+                     scale: float | None = None, temperature: float = 1.0,
+                     dropout_p: float = 0.0, generator: torch.Generator | None = None,
+                     return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
+    """Validate everything but the tensors q, k, v (already checked, or never made, as for
+    precomputed scores) and build the spec from their shapes."""
+    mask_t, mask_fn = _validate_mask(mask, batch_shape, n_q, n_k, device)
     if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {_describe(causal)}")
+        raise TypeError(f"causal must be True or False, got {describe(causal)}")
     for name, flag in (("return_weights", return_weights), ("return_lse", return_lse)):
         if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {_describe(flag)}")
-    scale_f = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _validate_positive("scale", scale)
+            raise TypeError(f"{name} must be True or False, got {describe(flag)}")
+    scale_f = 1.0 / math.sqrt(d_k) if scale is None else _validate_positive("scale", scale)
     temp = _validate_positive("temperature", temperature)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) \
             or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}; use 0.0 for no dropout "
                          "(and 0.0 at evaluation time)")
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {_describe(generator)}")
+        raise TypeError(f"generator must be a torch.Generator or None, got {describe(generator)}")
     return AttentionSpec(
-        batch_shape=batch_shape, n_q=n_q, n_k=n_k, d_k=q.shape[-1], d_v=v.shape[-1],
-        dtype=q.dtype, device=q.device, mask=mask_t, mask_fn=mask_fn, causal=causal,
+        batch_shape=tuple(batch_shape), n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, dtype=dtype,
+        device=device, mask=mask_t, mask_fn=mask_fn, causal=causal,
         window=_validate_window(window), scale=scale_f, temperature=temp,
         dropout_p=float(dropout_p),
         dropout_seed=draw_seed(generator) if dropout_p > 0 else None, need_weights=return_weights,
-        need_lse=return_lse,
-        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        need_lse=return_lse, requires_grad=requires_grad,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.core.dropout import keep_mask
+from attnlab.core.masks import band_range
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero
 from attnlab.core.spec import AttentionSpec
 
@@ -33,8 +34,10 @@ class Band:
         self.spec, self.b = spec, b
         self.left, self.right = left, right
         self.nqb, self.nkb = -(-spec.n_q // b), -(-spec.n_k // b)
-        self.lo = (off - left) // b                           # first key block of query block 0
-        self.g = (b - 1 + off + right) // b - self.lo + 1     # key blocks per query block
+        # Keys of query block 0, unclipped: block qb needs the same blocks shifted by qb.
+        keys = band_range(spec.band, off, 0, b, None)
+        self.lo = keys.lo // b                                # first key block of query block 0
+        self.g = (keys.hi - 1) // b - self.lo + 1             # key blocks per query block
         self.pad_l = max(0, -self.lo)
         self.pad_r = max(0, self.nqb - 1 + self.lo + self.g - self.nkb)
         # The (b, b) pattern of slot g is the same for every interior query block.

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
 from attnlab.core.layout import BlockLayout, block_layout
+from attnlab.core.masks import band_range
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
@@ -36,6 +37,12 @@ _CACHE: OrderedDict[tuple, BlockLayout] = OrderedDict()
 _CACHE_SIZE = 16
 
 
+def _cache_key(spec: AttentionSpec, dense: torch.Tensor | None) -> tuple:
+    b, h = spec.heads_view
+    return (id(spec.mask_fn), spec.n_q, spec.n_k, spec.band, b, h, str(spec.device), BLOCK,
+            id(dense) if dense is not None else None)
+
+
 def layout_for(spec: AttentionSpec) -> BlockLayout:
     """The layout serving spec: the one passed as ``mask=`` if it fits, else a cached or new one."""
     fn = spec.mask_fn
@@ -44,8 +51,7 @@ def layout_for(spec: AttentionSpec) -> BlockLayout:
         return fn if fn.keep.device == spec.device else fn.to(spec.device)
     b, h = spec.heads_view
     dense = spec.mask if spec.mask is not None and spec.mask.dtype == torch.bool else None
-    key = (id(fn), spec.n_q, spec.n_k, spec.band, b, h, str(spec.device), BLOCK,
-           id(dense) if dense is not None else None)
+    key = _cache_key(spec, dense)
     hit = _CACHE.get(key)
     if hit is not None and hit.mask_fn is fn:
         _CACHE.move_to_end(key)
@@ -222,19 +228,23 @@ def _cost(spec: AttentionSpec) -> float:
     elif isinstance(spec.mask_fn, BlockLayout):
         density = spec.mask_fn.density
     else:
-        density = layout_for(spec).density
+        # Pricing has no side effects: a layout built earlier for this mask function is used,
+        # but none is built (or cached) here; without one the band bounds the density. Pass
+        # mask=block_layout(...) to let auto see a sparse mask function's real density.
+        hit = _CACHE.get(_cache_key(spec, None))
+        density = hit.density if hit is not None and hit.mask_fn is spec.mask_fn else (
+            _band_density(spec) if spec.band is not None else 1.0)
     return 400.0 + 2.4e-3 * density * spec.entries
 
 
 def _band_density(spec: AttentionSpec) -> float:
+    """Fraction of the tiles of the block grid the band reaches (no layout is built)."""
     bq, bk = BLOCK
     nqb, nkb = -(-spec.n_q // bq), -(-spec.n_k // bk)
-    band, offset, total = spec.band, spec.offset, 0
+    total = 0
     for qb in range(nqb):
-        q0, q1 = qb * bq, min((qb + 1) * bq, spec.n_q)
-        left, right = band
-        lo = 0 if left is None else max(0, q0 + offset - left)
-        hi = spec.n_k if right is None else min(spec.n_k, q1 - 1 + offset + right + 1)
+        lo, hi = band_range(spec.band, spec.offset, qb * bq, min((qb + 1) * bq, spec.n_q),
+                            spec.n_k)[:2]
         total += max(0, -(-hi // bk) - lo // bk) if hi > lo else 0
     return total / max(nqb * nkb, 1)
 

@@ -25,6 +25,7 @@ import math
 import torch
 
 from attnlab.core.dropout import keep_mask
+from attnlab.core.masks import band_range
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
@@ -35,17 +36,13 @@ BLOCK_Q = 512
 BLOCK_K = 1024
 
 
-def _block_kind(spec: AttentionSpec, i0: int, i1: int, j0: int, j1: int) -> str:
-    """'skip' if the band excludes the whole tile, 'full' if it keeps all of it, else 'partial'."""
-    band = spec.band
-    if band is None:
-        return "full"
-    left, right = band
-    p_lo, p_hi = i0 + spec.offset, i1 - 1 + spec.offset       # aligned positions of the rows
-    if (right is not None and j0 > p_hi + right) or (left is not None and j1 - 1 < p_lo - left):
-        return "skip"
-    inside = (left is None or j0 >= p_hi - left) and (right is None or j1 - 1 <= p_lo + right)
-    return "full" if inside else "partial"
+def _tile_kinds(spec: AttentionSpec, i0: int, i1: int):
+    """``(j0, j1, kind)`` for every key block of query rows ``i0 .. i1-1``; kind is 'skip' if
+    the band excludes the whole tile, 'full' if it keeps all of it, else 'partial'."""
+    r = band_range(spec.band, spec.offset, i0, i1, spec.n_k) if spec.band is not None else None
+    for j0 in range(0, spec.n_k, BLOCK_K):
+        j1 = min(j0 + BLOCK_K, spec.n_k)
+        yield j0, j1, "full" if r is None else r.tile_kind(j0, j1)
 
 
 class _Tiles:
@@ -110,9 +107,7 @@ class _Tiles:
 
 
 def _key_blocks(spec: AttentionSpec, i0: int, i1: int):
-    for j0 in range(0, spec.n_k, BLOCK_K):
-        j1 = min(j0 + BLOCK_K, spec.n_k)
-        kind = _block_kind(spec, i0, i1, j0, j1)
+    for j0, j1, kind in _tile_kinds(spec, i0, i1):
         if kind != "skip":
             yield j0, j1, kind
 
@@ -220,11 +215,9 @@ def _tile_fractions(spec: AttentionSpec) -> tuple[float, float]:
     total = full = partial = 0
     for i0 in range(0, spec.n_q, BLOCK_Q):
         i1 = min(i0 + BLOCK_Q, spec.n_q)
-        for j0 in range(0, spec.n_k, BLOCK_K):
-            j1 = min(j0 + BLOCK_K, spec.n_k)
+        for j0, j1, kind in _tile_kinds(spec, i0, i1):
             area = (i1 - i0) * (j1 - j0)
             total += area
-            kind = _block_kind(spec, i0, i1, j0, j1)
             if kind == "full" and not masked_everywhere:
                 full += area
             elif kind != "skip":
