@@ -18,7 +18,7 @@ def test_attnlab_modules_even_when_weights_are_not_asked_for():
     assert isinstance(out, torch.Tensor)
     assert len(rec) == 3 and rec.maps(1).shape == (3, 4, 6, 6)
     assert rec.sources == ["layers.0.self_attn", "layers.1.self_attn", "layers.2.self_attn"]
-    explicit = enc(x, return_attention=True).attentions
+    explicit = enc(x, return_weights=True).attentions
     assert torch.allclose(rec.maps(1).float(), torch.stack([a[1] for a in explicit]), atol=1e-6)
 
 

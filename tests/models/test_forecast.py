@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 from attnlab.models import AttentionForecaster, load
 from attnlab.models.baselines import ar_forecast, forecast_errors, seasonal_naive
@@ -121,7 +122,7 @@ def test_bad_params(kw, words):
 
 
 def test_predict_before_fit():
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         AttentionForecaster().predict()
 
 

@@ -60,8 +60,9 @@ def test_graphs_from_csv(tmp_path):
     p = clf.predict_proba()
     assert p.shape == (4, 2) and np.isfinite(p).all()        # isolated d attends to itself
     (tmp_path / "bad.csv").write_text("src,dst\na,z\n")
-    with pytest.raises(ValueError, match="refers to node 'z'"):
+    with pytest.raises(ValueError, match="refers to node 'z'") as err:
         from_csv(tmp_path / "bad.csv", tmp_path / "x.csv", tmp_path / "y.csv")
+    assert err.value.source == "edges" and "--" not in str(err.value)   # no flags in the library
     assert label_propagation(g, np.array([True, True, False, False]))[2] in ("red", "blue")
 
 
@@ -102,3 +103,35 @@ def test_reversal_seq2seq_learns_the_anti_diagonal(tmp_path):
         MathTextParser("path").parse(f"${piece}$")
     with pytest.raises(ValueError, match="digits only"):
         model.translate(["12a"])
+
+
+def test_fit_graph_cli_names_the_flag_of_the_bad_file(tmp_path, capsys):
+    (tmp_path / "x.csv").write_text("node,f1\na,1\nb,0\n")
+    (tmp_path / "e.csv").write_text("src,dst\na,z\n")
+    (tmp_path / "y.csv").write_text("node,label\na,red\nb,blue\n")
+    assert main(["fit", "graph", "--edges", str(tmp_path / "e.csv"), "--features",
+                 str(tmp_path / "x.csv"), "--labels", str(tmp_path / "y.csv"), "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab: error: --edges ") and "refers to node 'z'" in err
+
+
+@pytest.mark.parametrize("kw, words", [(dict(hidden=0), "hidden must be an int"),
+                                       (dict(heads=2.5), "heads must be an int"),
+                                       (dict(dropout=1.0), r"dropout must be in \[0, 1\)")])
+def test_gat_classifier_validates_its_parameters(kw, words):
+    with pytest.raises(ValueError, match=words):
+        GATClassifier(**kw).fit(karate(), np.ones(34, dtype=bool))
+
+
+def test_every_estimator_says_not_fitted_the_scikit_learn_way():
+    from sklearn.exceptions import NotFittedError
+
+    from attnlab.models import (AttentionForecaster, FeatureAttentionClassifier,
+                                ReversalSeq2Seq)
+
+    for call in (lambda: GATClassifier().predict(), lambda: AttentionForecaster().predict(),
+                 lambda: FeatureAttentionClassifier().predict([[0.0]]),
+                 lambda: ReversalSeq2Seq().translate(["12"])):
+        with pytest.raises(NotFittedError):
+            call()

@@ -27,7 +27,7 @@ def test_padded_batch_matches_transformers(models):
     batch = tok(TEXTS, padding=True, return_tensors="pt")
     assert (batch["attention_mask"] == 0).any()                     # a padded batch
     with torch.no_grad():
-        a = ours(batch["input_ids"], batch["attention_mask"], return_attention=True,
+        a = ours(batch["input_ids"], batch["attention_mask"], return_weights=True,
                  return_hidden_states=True)
         b = hf(**batch, output_attentions=True, output_hidden_states=True)
     assert (a.last_hidden_state - b.last_hidden_state).abs().max() < 1e-4

@@ -79,14 +79,14 @@ def test_isolated_nodes_self_loops_and_duplicates():
     assert torch.equal(conv(x, ei), conv(x, torch.tensor([[0, 1, 2, 2], [1, 2, 2, 0]])))
 
 
-@pytest.mark.parametrize("ei, words", [
-    (torch.tensor([[0, 5], [1, 2]]), "refers to node 5, but there are 5 nodes"),
-    (torch.tensor([[0, -1], [1, 2]]), "refers to node -1"),
-    (torch.tensor([[0, 1, 2]]), r"shape \(2, E\)"),
-    (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), "integer node ids"),
+@pytest.mark.parametrize("ei, exc, words", [
+    (torch.tensor([[0, 5], [1, 2]]), ValueError, "refers to node 5, but there are 5 nodes"),
+    (torch.tensor([[0, -1], [1, 2]]), ValueError, "refers to node -1"),
+    (torch.tensor([[0, 1, 2]]), ValueError, r"shape \(2, E\)"),
+    (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), TypeError, "integer node ids"),   # a wrong dtype
 ])
-def test_bad_edge_lists(ei, words):
-    with pytest.raises(ValueError, match=words):
+def test_bad_edge_lists(ei, exc, words):
+    with pytest.raises(exc, match=words):
         GATConv(3, 2)(torch.randn(5, 3), ei)
 
 

@@ -24,9 +24,11 @@ def test_sinusoidal_closed_form():
 
 
 def test_learned_positions_add_an_embedding():
-    m = LearnedPositionalEncoding(16, 4)
+    m = LearnedPositionalEncoding(4, max_len=16)
     x = torch.zeros(2, 5, 4)
     assert torch.allclose(m(x)[0], m.embedding.weight[:5])
+    with pytest.raises(TypeError):              # the old (max_len, d_model) order fails loudly
+        LearnedPositionalEncoding(16, 4)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])

@@ -64,7 +64,7 @@ def test_encoder_parity_and_attention_maps():
     kpm[1, 6:] = True
     assert torch.allclose(ref(x, src_key_padding_mask=kpm), ours(x, src_key_padding_mask=kpm),
                           atol=1e-12)
-    res = ours(x, src_key_padding_mask=kpm, return_attention=True, return_hidden_states=True)
+    res = ours(x, src_key_padding_mask=kpm, return_weights=True, return_hidden_states=True)
     assert len(res.attentions) == 3 and res.attentions[0].shape == (2, 4, 9, 9)
     assert len(res.hidden_states) == 4 and torch.equal(res.hidden_states[0], x)
     assert (res.attentions[2][1, :, :, 6:] == 0).all()              # padded keys get no weight
@@ -74,9 +74,12 @@ def test_encoder_parity_and_attention_maps():
 def test_layer_attention_maps_match_a_manual_call():
     layer = EncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
     x = torch.randn(1, 5, 8)
-    res = layer(x, return_attention=True)
+    res = layer(x, return_weights=True)
     _, w = layer.self_attn(x, x, x, average_attn_weights=False)
     assert torch.allclose(res.attention, w) and torch.allclose(res.out, layer(x))
+    with pytest.warns(DeprecationWarning, match="return_attention= is deprecated"):
+        old = layer(x, return_attention=True)                 # the old name still works
+    assert torch.equal(old.attention, res.attention)
 
 
 def test_initialization_options():

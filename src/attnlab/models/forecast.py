@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
 from attnlab.models.backtest import BacktestResult, rolling_origin
@@ -251,8 +252,7 @@ class AttentionForecaster(BaseEstimator):
         return self
 
     def _check_fitted(self):
-        if not hasattr(self, "net_"):
-            raise RuntimeError("this AttentionForecaster is not fitted yet; call fit(y) first")
+        check_is_fitted(self, "net_")
 
     @torch.no_grad()
     def _forecast(self, y: np.ndarray, X: np.ndarray | None,

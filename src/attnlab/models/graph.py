@@ -17,12 +17,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
 from attnlab.models.graph_data import (Graph, GraphInputError, from_csv,  # noqa: F401
                                        from_frames, from_networkx, karate)
 from attnlab.models.latex import Equations
-from attnlab.models.training import TrainConfig, TrainHistory, resolve_device, seeded, train
+from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
+                                     seeded, train)
 from attnlab.nn.graph import GATConv, check_edge_index
 
 
@@ -35,9 +37,9 @@ class _GAT(nn.Module):
 
     def forward(self, x, edge_index, return_weights: bool = False):
         x = F.dropout(x, self.dropout, self.training)
-        x, a1 = self.conv1(x, edge_index, return_weights_weights=True)
+        x, a1 = self.conv1(x, edge_index, return_attention_weights=True)
         x = F.dropout(F.elu(x), self.dropout, self.training)
-        x, a2 = self.conv2(x, edge_index, return_weights_weights=True)
+        x, a2 = self.conv2(x, edge_index, return_attention_weights=True)
         return (x, a1, a2) if return_weights else x
 
 
@@ -68,6 +70,11 @@ class GATClassifier(BaseEstimator):
 
     def fit(self, graph: Graph, train_mask, val_mask=None) -> "GATClassifier":
         """Fit on the nodes of ``train_mask`` (bool, one per node) that have labels."""
+        check_params(self, ints=("hidden", "heads", "max_epochs", "patience"),
+                     fractions=("dropout",))
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be an attnlab.models.Graph (from_networkx, from_frames, "
+                            f"from_csv or karate()), got {type(graph).__name__}")
         n = graph.num_nodes
         check_edge_index(graph.edge_index, n)
         train_mask = self._mask(train_mask, n, "train_mask")
@@ -119,8 +126,7 @@ class GATClassifier(BaseEstimator):
         return m
 
     def _check_fitted(self):
-        if not hasattr(self, "net_"):
-            raise RuntimeError("this GATClassifier is not fitted yet; call fit() first")
+        check_is_fitted(self, "net_")
 
     @torch.no_grad()
     def predict_proba(self, graph: Graph | None = None) -> np.ndarray:

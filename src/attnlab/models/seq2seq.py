@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from sklearn.exceptions import NotFittedError
 
 from attnlab.models.latex import Equations
 from attnlab.models.training import TrainConfig, TrainHistory, resolve_device, seeded, train
@@ -172,7 +173,7 @@ class ReversalSeq2Seq:
     def translate(self, texts: list[str]) -> list[Translation]:
         """Greedy decodes of digit strings, with their alignments."""
         if not hasattr(self, "net_"):
-            raise RuntimeError("this model is not fitted yet; call fit() first")
+            raise NotFittedError("this ReversalSeq2Seq is not fitted yet; call fit() first")
         ids = [encode(t) for t in texts]
         width = max(len(i) for i in ids)
         src = torch.full((len(ids), width), PAD, dtype=torch.long)

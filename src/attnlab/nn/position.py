@@ -33,9 +33,16 @@ def sinusoidal_table(n: int, d_model: int, base: float = 10000.0,
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Adds :func:`sinusoidal_table` to ``x (B, N, d_model)`` (batch_first) then dropout."""
+    """Adds :func:`sinusoidal_table` to ``x (B, N, d_model)`` (batch_first) then dropout.
 
-    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0,
+    Args:
+        d_model: feature size.
+        max_len: longest sequence (keyword only, as in every positional module here).
+        dropout: applied after the addition. Default 0.
+        batch_first: ``x`` is ``(B, N, d)``; False for ``(N, B, d)``. Default True.
+    """
+
+    def __init__(self, d_model: int, *, max_len: int = 5000, dropout: float = 0.0,
                  batch_first: bool = True):
         super().__init__()
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
@@ -52,9 +59,16 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEncoding(nn.Module):
-    """A trained embedding per position (as in BERT and GPT), added to ``x (B, N, d_model)``."""
+    """A trained embedding per position (as in BERT and GPT), added to ``x (B, N, d_model)``.
 
-    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
+    Args:
+        d_model: feature size (first, as for :class:`SinusoidalPositionalEncoding`).
+        max_len: number of positions (keyword only: an older ``(max_len, d_model)`` positional
+            call fails loudly instead of swapping the two).
+        dropout: applied after the addition. Default 0.
+    """
+
+    def __init__(self, d_model: int, *, max_len: int, dropout: float = 0.0):
         super().__init__()
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnlab.nn._compat import renamed_flag
 from attnlab.nn.multihead import MultiheadAttention
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -103,7 +104,7 @@ class EncoderLayer(nn.Module):
 
     Example:
         >>> layer = EncoderLayer(32, 4, dim_feedforward=64, batch_first=True)
-        >>> res = layer(torch.randn(2, 7, 32), return_attention=True)
+        >>> res = layer(torch.randn(2, 7, 32), return_weights=True)
         >>> res.out.shape, res.attention.shape
         (torch.Size([2, 7, 32]), torch.Size([2, 4, 7, 7]))
     """
@@ -148,20 +149,24 @@ class EncoderLayer(nn.Module):
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None, is_causal: bool = False,
-                return_attention: bool = False) -> torch.Tensor | EncoderLayerOutput:
+                return_weights: bool = False,
+                return_attention: bool | None = None) -> torch.Tensor | EncoderLayerOutput:
         """Returns the layer output, or an :class:`EncoderLayerOutput` with the per-head
-        attention map when ``return_attention`` is set."""
+        attention map ``(B, H, N, N)`` when ``return_weights`` is set (``return_attention``:
+        its deprecated name)."""
+        return_weights = renamed_flag("EncoderLayer.forward", "return_attention",
+                                      return_attention, "return_weights", return_weights)
         x = src
         if self.norm_first:
             sa, w = self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal,
-                             return_attention)
+                             return_weights)
             x = x + sa
             x = x + self.dropout2(self.ff(self.norm2(x)))
         else:
-            sa, w = self._sa(x, src_mask, src_key_padding_mask, is_causal, return_attention)
+            sa, w = self._sa(x, src_mask, src_key_padding_mask, is_causal, return_weights)
             x = self.norm1(x + sa)
             x = self.norm2(x + self.dropout2(self.ff(x)))
-        return EncoderLayerOutput(x, w) if return_attention else x
+        return EncoderLayerOutput(x, w) if return_weights else x
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer, backend: str = "auto") -> "EncoderLayer":
@@ -193,7 +198,7 @@ class Encoder(nn.Module):
 
     Example:
         >>> enc = Encoder(EncoderLayer(32, 4, 64, batch_first=True), num_layers=2)
-        >>> res = enc(torch.randn(2, 7, 32), return_attention=True, return_hidden_states=True)
+        >>> res = enc(torch.randn(2, 7, 32), return_weights=True, return_hidden_states=True)
         >>> len(res.attentions), len(res.hidden_states)
         (2, 3)
     """
@@ -207,24 +212,28 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None, is_causal: bool = False,
-                return_attention: bool = False,
-                return_hidden_states: bool = False) -> torch.Tensor | EncoderOutput:
+                return_weights: bool = False, return_hidden_states: bool = False,
+                return_attention: bool | None = None) -> torch.Tensor | EncoderOutput:
+        """The stack's output, or an :class:`EncoderOutput` with every layer's attention map
+        (``return_weights``; ``return_attention`` is its deprecated name) and hidden states."""
+        return_weights = renamed_flag("Encoder.forward", "return_attention", return_attention,
+                                      "return_weights", return_weights)
         x = src
         hidden, maps = [x], []
         for layer in self.layers:
             res = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
-                        is_causal=is_causal, return_attention=return_attention)
-            x = res.out if return_attention else res
-            if return_attention:
+                        is_causal=is_causal, return_weights=return_weights)
+            x = res.out if return_weights else res
+            if return_weights:
                 maps.append(res.attention)
             hidden.append(x)
         if self.norm is not None:
             x = self.norm(x)
             hidden[-1] = x
-        if not (return_attention or return_hidden_states):
+        if not (return_weights or return_hidden_states):
             return x
         return EncoderOutput(x, tuple(hidden) if return_hidden_states else None,
-                             tuple(maps) if return_attention else None)
+                             tuple(maps) if return_weights else None)
 
     @classmethod
     def from_torch(cls, encoder: nn.TransformerEncoder, backend: str = "auto") -> "Encoder":
