@@ -88,12 +88,6 @@ class HeadMetrics:
     first: torch.Tensor
     within_segment: torch.Tensor | None = None
 
-    NAMES = ("entropy_ratio", "confidence", "prev", "next", "self", "cls", "sep", "punct", "first")
-
-    def as_dict(self) -> dict[str, torch.Tensor]:
-        out = {k: v for k, v in self.__dict__.items() if v is not None}
-        return out
-
     @classmethod
     def mean(cls, items: list["HeadMetrics"]) -> "HeadMetrics":
         fields = items[0].__dict__.keys()

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_regressor
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import QuantileTransformer
 from sklearn.utils.multiclass import check_classification_targets
@@ -101,8 +101,6 @@ def infer_task(y) -> str:
 
 
 class _FeatureAttentionBase(BaseEstimator):
-    _kind = "base"
-
     def __init__(self, d_token: int = 32, n_blocks: int = 2, nhead: int = 4,
                  dropout: float = 0.1, val_fraction: float = 0.15, max_epochs: int = 200,
                  batch_size: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
@@ -142,25 +140,26 @@ class _FeatureAttentionBase(BaseEstimator):
         return _FTNet(len(self.num_columns_), cards, self.d_token, self.n_blocks, self.nhead,
                       self.dropout, n_out)
 
-    def _split_frame(self, X, fit: bool):
-        """A DataFrame with categorical columns -> (numeric array, category codes)."""
+    def _learn_columns(self, X) -> None:
+        """At fit time, from a DataFrame: which columns are numeric, which categorical, and
+        each categorical column's categories (code 0 is kept for unknown values)."""
         import pandas as pd
 
-        if fit:
-            self.feature_names_in_ = np.asarray([str(c) for c in X.columns], dtype=object)
-            self.n_features_in_ = X.shape[1]
-            self.cat_columns_ = [str(c) for c in X.columns if is_categorical(X[c])]
-            self.num_columns_ = [str(c) for c in X.columns if str(c) not in self.cat_columns_]
-            self.categories_ = {}
-        else:
-            missing = [c for c in self.feature_names_in_ if c not in set(map(str, X.columns))]
-            if missing:
-                raise ValueError(f"X lacks column(s) {missing} seen in fit; got columns "
-                                 f"{[str(c) for c in X.columns]}. Pass the same columns")
+        self.feature_names_in_ = np.asarray([str(c) for c in X.columns], dtype=object)
+        self.n_features_in_ = X.shape[1]
+        self.cat_columns_ = [str(c) for c in X.columns if is_categorical(X[c])]
+        self.num_columns_ = [str(c) for c in X.columns if str(c) not in self.cat_columns_]
+        self.categories_ = {str(c): sorted({str(v) for v in X[c].astype("object")
+                                            if not pd.isna(v)})
+                            for c in X.columns if str(c) in self.cat_columns_}
+
+    def _encode_frame(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """A DataFrame with the learned columns -> (numeric array, category codes)."""
+        import pandas as pd
+
         X = X.rename(columns=str)
-        num = X[self.num_columns_]
         try:
-            num = num.to_numpy(dtype=float)
+            num = X[self.num_columns_].to_numpy(dtype=float)
         except (TypeError, ValueError) as err:
             raise ValueError(f"numeric columns {self.num_columns_} must hold numbers ({err})"
                              ) from None
@@ -171,58 +170,67 @@ class _FeatureAttentionBase(BaseEstimator):
                              "drop it first")
         codes = np.zeros((len(X), len(self.cat_columns_)), dtype=np.int64)
         for j, c in enumerate(self.cat_columns_):
-            col = X[c].astype("object")
-            if fit:
-                seen = sorted({str(v) for v in col if not pd.isna(v)})
-                self.categories_[c] = seen
             lookup = {v: i + 1 for i, v in enumerate(self.categories_[c])}   # 0 = unknown
-            codes[:, j] = [0 if pd.isna(v) else lookup.get(str(v), 0) for v in col]
+            codes[:, j] = [0 if pd.isna(v) else lookup.get(str(v), 0)
+                           for v in X[c].astype("object")]
         return num, codes
 
-    def _prepare(self, X, fit: bool, y=None):
-        """Validate X (and y when fitting) -> (x_num, x_cat[, y])."""
+    def _tensors(self, num: np.ndarray, codes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantile-normalized numeric features and category codes on the model's device."""
+        if num.shape[1]:
+            num = self.quantile_.transform(num)
+        x_num = torch.tensor(num, dtype=torch.float32, device=self.device_)
+        x_cat = torch.tensor(codes, dtype=torch.long, device=self.device_)
+        return x_num, x_cat
+
+    def _fit_input(self, X, y) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """Validate X and y at fit time, learn the columns and the quantile transform."""
         import pandas as pd
 
-        frame = isinstance(X, pd.DataFrame)
-        if fit:
-            self.from_frame_ = frame and any(is_categorical(X[c]) for c in X.columns)
+        self.from_frame_ = isinstance(X, pd.DataFrame) and any(is_categorical(X[c])
+                                                              for c in X.columns)
         if self.from_frame_:
-            if not frame:
+            y = column_or_1d(np.asarray(y), warn=True)
+            if len(y) != len(X):
+                raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
+            self._learn_columns(X)
+            num, codes = self._encode_frame(X)
+        else:
+            X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=is_regressor(self))
+            self.num_columns_ = [str(c) for c in getattr(
+                self, "feature_names_in_", [f"x{j}" for j in range(X.shape[1])])]
+            self.cat_columns_, self.categories_ = [], {}
+            num, codes = X, np.zeros((len(X), 0), dtype=np.int64)
+        n_q = max(2, min(1000, len(num)))
+        self.quantile_ = QuantileTransformer(n_quantiles=n_q, output_distribution="normal",
+                                             subsample=10**9, random_state=self.seed)
+        if num.shape[1]:
+            self.quantile_.fit(num)
+        return (*self._tensors(num, codes), y)
+
+    def _input(self, X) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validate X against what fit saw -> (x_num, x_cat)."""
+        import pandas as pd
+
+        if self.from_frame_:
+            if not isinstance(X, pd.DataFrame):
                 raise ValueError("this model was fitted on a DataFrame with categorical "
                                  f"columns {self.cat_columns_}; pass a DataFrame with the "
                                  "same columns")
-            if fit:
-                y = column_or_1d(np.asarray(y), warn=True)
-                if len(y) != len(X):
-                    raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
-            num, codes = self._split_frame(X, fit)
-        else:
-            if fit:
-                X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=self._kind == "reg")
-                self.num_columns_ = [str(c) for c in getattr(
-                    self, "feature_names_in_", [f"x{j}" for j in range(X.shape[1])])]
-                self.cat_columns_, self.categories_ = [], {}
-            else:
-                X = validate_data(self, X, reset=False, dtype=np.float64)
-            num, codes = X, np.zeros((len(X), 0), dtype=np.int64)
-        if fit:
-            n_q = max(2, min(1000, len(num)))
-            self.quantile_ = QuantileTransformer(n_quantiles=n_q, output_distribution="normal",
-                                                 subsample=10**9, random_state=self.seed)
-            num = self.quantile_.fit_transform(num) if num.shape[1] else num
-        elif num.shape[1]:
-            num = self.quantile_.transform(num)
-        dev = self.device_
-        x_num = torch.tensor(num, dtype=torch.float32, device=dev)
-        x_cat = torch.tensor(codes, dtype=torch.long, device=dev)
-        return (x_num, x_cat, y) if fit else (x_num, x_cat)
+            missing = [c for c in self.feature_names_in_ if c not in set(map(str, X.columns))]
+            if missing:
+                raise ValueError(f"X lacks column(s) {missing} seen in fit; got columns "
+                                 f"{[str(c) for c in X.columns]}. Pass the same columns")
+            return self._tensors(*self._encode_frame(X))
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return self._tensors(X, np.zeros((len(X), 0), dtype=np.int64))
 
     # ---- fit ----------------------------------------------------------------------------
 
     def _fit(self, X, y, n_out, targets_fn, loss_fn, stratify: bool):
         self._check_params()
         self.device_ = resolve_device(self.device)
-        x_num, x_cat, y = self._prepare(X, True, y)
+        x_num, x_cat, y = self._fit_input(X, y)
         if len(x_num) < 1:
             raise ValueError("X is empty: at least one row is needed")
         t = targets_fn(y)
@@ -251,7 +259,7 @@ class _FeatureAttentionBase(BaseEstimator):
     @torch.no_grad()
     def _raw(self, X) -> torch.Tensor:
         check_is_fitted(self, "net_")
-        x_num, x_cat = self._prepare(X, False)
+        x_num, x_cat = self._input(X)
         self.net_.eval()
         outs = [self.net_(x_num[i:i + 1024], x_cat[i:i + 1024])
                 for i in range(0, len(x_num), 1024)]
@@ -284,7 +292,7 @@ class _FeatureAttentionBase(BaseEstimator):
         """Mean attention map over the rows of X, heads and layers, ``(F + 1, F + 1)`` with
         the tokens in :attr:`token_names_` order and [CLS] last; row = the attending token."""
         check_is_fitted(self, "net_")
-        x_num, x_cat = self._prepare(X, False)
+        x_num, x_cat = self._input(X)
         return self._maps(x_num, x_cat).numpy()
 
     def attention_importance(self, X) -> np.ndarray:
@@ -412,8 +420,6 @@ class FeatureAttentionClassifier(ClassifierMixin, _FeatureAttentionBase):
         ((2, 3), (4,))
     """
 
-    _kind = "clf"
-
     def fit(self, X, y) -> "FeatureAttentionClassifier":
         """Fit on X (array or DataFrame) and class labels y."""
         if y is None:
@@ -465,8 +471,6 @@ class FeatureAttentionRegressor(RegressorMixin, _FeatureAttentionBase):
         >>> reg.predict(X[:3]).shape
         (3,)
     """
-
-    _kind = "reg"
 
     def fit(self, X, y) -> "FeatureAttentionRegressor":
         """Fit on X (array or DataFrame) and numeric targets y."""
