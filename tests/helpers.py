@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import torch
 
-from attnlab import attention
+from attnlab import attention, list_backends
 
 EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.bfloat16: 7.8e-3, torch.float16: 9.8e-4}
 
 
-def run(q, k, v, backend, grad=True, **kw):
-    """Output, lse (if the backend gives it) and (dq, dk, dv) for a fixed random cotangent."""
+def run(q, k, v, backend, grad=True, want_lse=None, **kw):
+    """Output, lse (if the backend declares it) and (dq, dk, dv) of ``<out, c> + <lse, c'>``
+    for fixed random cotangents, so the gradient through lse is checked as well."""
     q, k, v = (t.detach().requires_grad_(grad) for t in (q, k, v))
-    want_lse = backend in ("reference", "tiled")
+    if want_lse is None:
+        want_lse = list_backends()[backend].capabilities.lse
     res = attention(q, k, v, backend=backend, return_lse=want_lse, **kw)
     out = res.out if want_lse else res
     grads = None
     if grad:
         g = torch.Generator().manual_seed(1)
         cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device, out.dtype)
-        grads = torch.autograd.grad(out, (q, k, v), cot)
+        loss = (out * cot).sum()
+        if want_lse:
+            c_lse = torch.randn(res.lse.shape, generator=g, dtype=torch.float64).to(out.dtype)
+            finite = torch.where(torch.isfinite(res.lse), res.lse, torch.zeros_like(res.lse))
+            loss = loss + (finite * c_lse).sum()
+        grads = torch.autograd.grad(loss, (q, k, v))
     return out.detach(), (res.lse.detach() if want_lse else None), grads
 
 
@@ -33,9 +40,11 @@ def max_err(a, b):
 def assert_backend_matches(q, k, v, backend, dtype, grad=True, factor=2.0, grad_factor=3.0, **kw):
     """backend in `dtype` vs the float64 reference, within `factor` x the error of the plain
     reference in `dtype` (plus a few ulps of floor for cases where that error is 0)."""
-    gold = run(q.double(), k.double(), v.double(), "reference", grad=grad, **kw)
-    plain = run(q.to(dtype), k.to(dtype), v.to(dtype), "reference", grad=grad, **kw)
-    got = run(q.to(dtype), k.to(dtype), v.to(dtype), backend, grad=grad, **kw)
+    lse = list_backends()[backend].capabilities.lse     # compared (with its gradient) if given
+    gold = run(q.double(), k.double(), v.double(), "reference", grad=grad, want_lse=lse, **kw)
+    plain = run(q.to(dtype), k.to(dtype), v.to(dtype), "reference", grad=grad, want_lse=lse,
+                **kw)
+    got = run(q.to(dtype), k.to(dtype), v.to(dtype), backend, grad=grad, want_lse=lse, **kw)
     # Where the plain reference happens to be exact (always in float64), allow rounding of the
     # order of eps * sqrt(reduction length), the typical error of a sum of that many terms.
     floor = 4 * EPS[dtype] * (k.shape[-2] + k.shape[-1]) ** 0.5

@@ -20,7 +20,16 @@ def test_errors_are_small_for_exact_methods_and_stated_for_approximations():
     assert rows[("full", "linear")]["rel"] > 0.01                   # a different kernel
 
 
+def test_a_cell_runs_in_its_own_process():
+    row = B._run_cell("sdpa", "full", 128, False, 1)
+    assert row["method"] == "sdpa" and row["time_s"] > 0 and "error" not in row
+    assert "error" in B._run_cell("no-such-method", "full", 128, False, 1)
+
+
 def test_cli_bench_writes_results_and_plots(tmp_path, monkeypatch, capsys):
+    # Cells run in this process here (the subprocess path is tested above): the CLI's table,
+    # ratios and figures are what is under test.
+    monkeypatch.setattr(B, "_run_cell", B.measure_cell)
     monkeypatch.setattr(B, "GROUPS", {"window": ["sdpa+dense", "blocksparse"],
                                       "causal": ["sdpa-causal", "auto"], "full": ["sdpa"]})
     monkeypatch.setattr(B, "tradeoff", lambda n=1024: [

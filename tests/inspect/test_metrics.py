@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from attnlab.inspect.attribution import flow, gradient_weighted, rollout
+from attnlab.inspect.attribution import (_with_residual, flow, flow_from, gradient_weighted,
+                                        rollout)
 from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
 from attnlab.inspect.taxonomy import label_heads
 
@@ -97,8 +98,42 @@ def test_flow_on_a_chain_and_its_guard():
     maps = torch.stack([torch.eye(3, dtype=torch.float64)[None]] * 2)   # attention to self only
     f = flow(maps)
     assert torch.allclose(f, torch.eye(3, dtype=torch.float64))         # nothing mixes
-    with pytest.raises(ValueError, match="use rollout, or a shorter text"):
+    with pytest.raises(ValueError, match="use flow_from"):
         flow(torch.stack([torch.eye(40, dtype=torch.float64)[None]]))
+
+
+def _networkx_flow(maps, residual):
+    """The textbook construction with networkx's exact float max-flow (the peer's procedure)."""
+    import networkx as nx
+
+    n_layers, _, n, _ = maps.shape
+    g = nx.DiGraph()
+    g.add_nodes_from((layer, j) for layer in range(n_layers + 1) for j in range(n))
+    for layer in range(n_layers):
+        a = _with_residual(maps[layer].mean(0), residual)
+        for i in range(n):
+            for j in range(n):
+                if a[i, j] > 0:
+                    g.add_edge((layer, j), (layer + 1, i), capacity=float(a[i, j]))
+    out = torch.tensor([[nx.maximum_flow_value(g, (0, j), (n_layers, i)) for j in range(n)]
+                        for i in range(n)], dtype=torch.float64)
+    return out / out.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+@pytest.mark.parametrize("residual", [0.5, 0.0])
+def test_flow_equals_exact_max_flow_within_the_integer_scaling(residual):
+    g = torch.Generator().manual_seed(0)
+    maps = torch.softmax(3 * torch.randn(3, 4, 9, 9, generator=g, dtype=torch.float64), -1)
+    if residual == 0.0:
+        maps[:, :, :, 4] = 0.0          # no query attends to key 4: it has no way in or out
+        maps = maps / maps.sum(-1, keepdim=True)
+    got, want = flow(maps, residual), _networkx_flow(maps, residual)
+    # capacities are rounded to multiples of 2^-20: a few 1e-7 at most
+    assert (got - want).abs().max() < 1e-6
+    for i in (0, 4, 8):
+        assert torch.allclose(flow_from(maps, i, residual), got[i], atol=1e-12)
+    if residual == 0.0:
+        assert (got[:, 4] == 0).all()
 
 
 def test_gradient_weighted_known_answer():

@@ -68,7 +68,12 @@ def test_sklearn_tools_work():
     pipe = make_pipeline(FunctionTransformer(lambda d: d.assign(age=d["age"] / 10)), clf)
     assert pipe.fit(X, y).predict(X).shape == (150,)
     grid = GridSearchCV(clf, {"d_token": [8, 16]}, cv=2).fit(X, y)
-    assert grid.best_params_["d_token"] in (8, 16)
+    means = grid.cv_results_["mean_test_score"]
+    assert grid.best_score_ == means.max()
+    assert grid.best_params_ == grid.cv_results_["params"][int(means.argmax())]
+    # the refitted best model is the seeded fit of those parameters on all rows
+    refit = clone(clf).set_params(**grid.best_params_).fit(X, y)
+    assert np.array_equal(grid.predict_proba(X), refit.predict_proba(X))
 
 
 def test_one_class_and_continuous_targets_are_rejected():
