@@ -65,6 +65,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
                       temperature=temperature, dropout_p=dropout_p, generator=generator,
                       return_weights=return_weights, return_lse=return_lse)
     chosen = select_backend(backend, spec)
+    if spec.n_q == 0 or spec.n_k == 0:
+        result = _empty(q, k, v, spec)
+        return result if return_weights or return_lse else result.out
     q = q.expand(*spec.batch_shape, *q.shape[-2:])             # (*batch, N_q, D_k), a view
     k = k.expand(*spec.batch_shape, *k.shape[-2:])             # (*batch, N_k, D_k)
     v = v.expand(*spec.batch_shape, *v.shape[-2:])             # (*batch, N_k, D_v)
@@ -145,3 +148,15 @@ def _validate_scores(scores, v) -> tuple[int, ...]:
         raise ValueError(f"leading dims of scores {tuple(scores.shape[:-2])} and v "
                          f"{tuple(v.shape[:-2])} do not broadcast; give them the same (B, H) "
                          "or size 1 where shared") from None
+
+
+def _empty(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec) -> AttentionOutput:
+    """No keys or no queries: every query sees nothing, so out = 0, weights = 0, lse = -inf
+    (the contract's fully masked row), on every backend. The result stays connected to q, k, v
+    (through an empty sum) so that backward gives their zero gradients."""
+    zero = sum(t.reshape(-1)[:0].sum() for t in (q, k, v))    # sums over no elements: 0
+    shape = (*spec.batch_shape, spec.n_q)
+    out = zero + v.new_zeros(*shape, spec.d_v)                  # (*batch, N_q, D_v)
+    weights = zero + v.new_zeros(*shape, spec.n_k) if spec.need_weights else None
+    lse = zero + v.new_full(shape, float("-inf")) if spec.need_lse else None
+    return AttentionOutput(out=out, weights=weights, lse=lse)

@@ -121,8 +121,10 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
     bm, hm = (batch, heads) if (mask_fn is not None or dense is not None) else (1, 1)
     if dense is not None:
         dense = dense.to(device) if device is not None else dense
-        while dense.dim() < 4:
-            dense = dense.unsqueeze(0)
+        if dense.dim() > 4:
+            raise ValueError(f"dense must broadcast to (batch, heads, n_q, n_k), got shape "
+                             f"{tuple(dense.shape)}; flatten leading dims into batch first")
+        dense = dense.reshape(*([1] * (4 - dense.dim())), *dense.shape)   # (Bd, Hd, Nq?, Nk?)
     per_block: list[list[int]] = []
     tiles: list[list[torch.Tensor]] = []
     for qb in range(nqb):
@@ -138,7 +140,8 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
                               q_range=(q0, q1), kv_range=(k0, k1)) if fn is not None else
                 torch.ones(bm, hm, q1 - q0, k1 - k0, dtype=torch.bool, device=device))
         if dense is not None:
-            keep = (keep & dense[..., q0:q1, k0:k1]).expand(bm, hm, q1 - q0, k1 - k0)
+            keep = (keep & M.tile_of(dense, (q0, q1), (k0, k1))).expand(bm, hm, q1 - q0,
+                                                                           k1 - k0)
         # pad to whole tiles: rows past n_q and keys past n_k are never kept
         keep = torch.nn.functional.pad(keep, (0, (kb_hi - kb_lo) * bk - (k1 - k0), 0, bq - (q1 - q0)))
         keep = keep.view(bm, hm, bq, kb_hi - kb_lo, bk)

@@ -296,3 +296,15 @@ def band_range(band: tuple[int | None, int | None] | None, offset: int, q0: int,
     if lo is not None and hi is not None and hi < lo:
         hi = lo
     return BandRange(lo, hi, full_lo, full_hi)
+
+
+def tile_of(mask: torch.Tensor, q_range: tuple[int, int], kv_range: tuple[int, int]) -> torch.Tensor:
+    """The ``[q0:q1, k0:k1]`` tile of a mask that broadcasts to ``(..., N_q, N_k)``: a size-1
+    query or key dim (a padding mask ``(B, 1, 1, N_k)``, a per-query mask ``(N_q, 1)``) is
+    kept at size 1 and broadcasts over the tile, instead of being sliced to size 0."""
+    (q0, q1), (k0, k1) = q_range, kv_range
+    if mask.dim() == 1:                                    # (N_k,) broadcasts as (1, N_k)
+        mask = mask.unsqueeze(0)
+    rows = slice(None) if mask.shape[-2] == 1 else slice(q0, q1)
+    cols = slice(None) if mask.shape[-1] == 1 else slice(k0, k1)
+    return mask[..., rows, cols]

@@ -97,6 +97,23 @@ class AttentionSpec:
             return self.batch_shape[0], 1
         return math.prod(self.batch_shape[:-1]), self.batch_shape[-1]
 
+    def in_heads_view(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor broadcastable to ``batch_shape + (a, b)`` as ``(B or 1, H or 1, a, b)`` in
+        the (B, H) of :attr:`heads_view`: leading dims are padded on the left (a 3-D mask of
+        3-D inputs is per batch, not per head); dims of size 1 stay 1 (no copy)."""
+        lead = len(self.batch_shape)
+        t = t.reshape(*([1] * (lead + 2 - t.dim())), *t.shape)          # (*batch-like, a, b)
+        a, b = t.shape[-2:]
+        if lead == 0:
+            return t.reshape(1, 1, a, b)
+        if lead == 1:
+            return t.reshape(t.shape[0], 1, a, b)
+        outer, h = t.shape[:-3], t.shape[-3]
+        if all(d == 1 for d in outer):
+            return t.reshape(1, h, a, b)
+        t = t.expand(*self.batch_shape[:-1], h, a, b)
+        return t.reshape(math.prod(self.batch_shape[:-1]), h, a, b)
+
     def structure_fn(self) -> M.MaskFn | None:
         """Causal, window and the user's mask function as one mask function (None if none)."""
         fns: list[M.MaskFn] = []

@@ -52,6 +52,8 @@ def layout_for(spec: AttentionSpec) -> BlockLayout:
     b, h = spec.heads_view
     dense = spec.mask if spec.mask is not None and spec.mask.dtype == torch.bool else None
     key = _cache_key(spec, dense)
+    if dense is not None:
+        dense = spec.in_heads_view(dense)                    # (B or 1, H or 1, N_q?, N_k?)
     hit = _CACHE.get(key)
     if hit is not None and hit.mask_fn is fn:
         _CACHE.move_to_end(key)

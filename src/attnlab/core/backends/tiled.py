@@ -25,7 +25,7 @@ import math
 import torch
 
 from attnlab.core.dropout import keep_mask
-from attnlab.core.masks import band_range
+from attnlab.core.masks import band_range, tile_of
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
@@ -64,8 +64,8 @@ class _Tiles:
 
     def _flat(self, t: torch.Tensor, bq: int, bk: int) -> torch.Tensor:
         """A tile of shape broadcastable to ``batch_shape + (bq, bk)`` as ``(BH or 1, bq, bk)``."""
-        if t.dim() == 2:
-            return t.unsqueeze(0)
+        if t.dim() <= 2 or all(d == 1 for d in t.shape[:-2]):
+            return t.reshape(1, *t.shape[-2:]).expand(1, bq, bk)      # the same for every (b, h)
         return t.expand(*self.spec.batch_shape, bq, bk).reshape(self.n_bh, bq, bk)
 
     def scores(self, q_s: torch.Tensor, k: torch.Tensor, i0: int, i1: int, j0: int, j1: int,
@@ -78,7 +78,7 @@ class _Tiles:
         if kind == "partial" or spec.mask_fn is not None:
             keep = spec.structure_tile((i0, i1), (j0, j1))      # (bq, bk) or batch + (bq, bk)
         if spec.mask is not None and spec.mask.dtype == torch.bool:
-            m = spec.mask[..., i0:i1, j0:j1]
+            m = tile_of(spec.mask, (i0, i1), (j0, j1))          # broadcast dims stay size 1
             keep = m if keep is None else keep & m
         if keep is not None:
             keep = self._flat(keep, bq, bk)                      # (BH or 1, bq, bk)
@@ -91,7 +91,7 @@ class _Tiles:
             s.sub_(shift)
         bias = spec.float_bias()
         if bias is not None:
-            s += self._flat(bias[..., i0:i1, j0:j1], bq, bk).to(s.dtype)
+            s += self._flat(tile_of(bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
         if keep is not None:
             s.masked_fill_(~keep, float("-inf"))
         return s
