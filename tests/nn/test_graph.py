@@ -57,6 +57,16 @@ def test_attention_sums_to_one_per_target_and_dropout_only_in_training():
     assert torch.equal(conv(x, ei), conv(x, ei))         # eval: deterministic
     conv.train()
     assert not torch.equal(conv(x, ei), conv(x, ei))
+    # In training the returned coefficients are the ones applied (after dropout), as PyG's:
+    # out == sum_j alpha_ij W x_j + bias holds for what is returned.
+    torch.manual_seed(3)
+    out, (edges, alpha) = conv(x, ei, return_attention_weights=True)
+    assert (alpha == 0).any() and not torch.allclose(
+        torch.zeros(12, 3, dtype=torch.float64).index_add_(0, edges[1], alpha), sums)
+    z = conv.lin(x).view(12, 3, 4)
+    manual = torch.zeros(12, 3, 4, dtype=torch.float64).index_add_(
+        0, edges[1], z[edges[0]] * alpha.unsqueeze(-1)).reshape(12, 12) + conv.bias
+    torch.testing.assert_close(out, manual)
 
 
 def test_isolated_nodes_self_loops_and_duplicates():

@@ -106,3 +106,30 @@ def test_feedforward_and_bad_arguments():
         EncoderLayer(10, 4)
     with pytest.raises(ValueError, match="num_layers must be an int >= 1"):
         Encoder(EncoderLayer(8, 2), 0)
+
+
+@pytest.mark.parametrize("activation", [nn.GELU(approximate="tanh"), nn.GELU(), nn.ReLU(),
+                                        nn.SiLU(), lambda t: torch.tanh(t) * t],
+                         ids=["gelu-tanh", "gelu", "relu", "silu", "function"])
+def test_from_torch_copies_every_activation_exactly(activation):
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, activation=activation,
+                                     batch_first=True, dtype=torch.float64)
+    ours = EncoderLayer.from_torch(ref)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    # tanh-GELU differs from exact GELU by 1.6e-4 here; a converter may not swap them
+    assert torch.allclose(ref(x), ours(x), atol=1e-13, rtol=0)
+
+
+def test_encoder_takes_is_causal_none_as_torch_does():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                       dtype=torch.float64)
+    ref = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    ours = Encoder.from_torch(ref)
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    causal = nn.Transformer.generate_square_subsequent_mask(6, dtype=torch.float64)
+    assert torch.allclose(ours(x, is_causal=None), ref(x, is_causal=None), atol=1e-12)
+    assert torch.allclose(ours(x, mask=causal, is_causal=None),
+                          ref(x, mask=causal, is_causal=None), atol=1e-12)
+    assert torch.allclose(ours.layers[0](x, is_causal=None), ref.layers[0](x), atol=1e-12)

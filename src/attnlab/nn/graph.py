@@ -143,7 +143,10 @@ class GATConv(nn.Module):
         a_dst = (z * self.att_dst).sum(-1)                               # (N, H)
         e = F.leaky_relu(a_src[src] + a_dst[dst], self.negative_slope)  # (E, H)
         alpha = segment_softmax(e, dst, n)                               # (E, H)
-        a = F.dropout(alpha, p=self.dropout, training=self.training)
+        # The returned coefficients are the ones applied (after dropout), as PyG returns them
+        # and as attnlab's core defines returned weights: out == sum_j alpha_ij z_j + bias.
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        a = alpha
         out = torch.zeros(n, h, c, dtype=z.dtype, device=z.device)
         out.index_add_(0, dst, z[src] * a.unsqueeze(-1))                 # (N, H, C)
         out = out.reshape(n, h * c) if self.concat else out.mean(dim=1)

@@ -148,7 +148,7 @@ class EncoderLayer(nn.Module):
         return self.dropout1(out), w
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
-                src_key_padding_mask: torch.Tensor | None = None, is_causal: bool = False,
+                src_key_padding_mask: torch.Tensor | None = None, is_causal: bool | None = False,
                 return_weights: bool = False,
                 return_attention: bool | None = None) -> torch.Tensor | EncoderLayerOutput:
         """Returns the layer output, or an :class:`EncoderLayerOutput` with the per-head
@@ -156,6 +156,7 @@ class EncoderLayer(nn.Module):
         its deprecated name)."""
         return_weights = renamed_flag("EncoderLayer.forward", "return_attention",
                                       return_attention, "return_weights", return_weights)
+        is_causal = bool(is_causal)     # None (torch's "detect from the mask") = no extra mask
         x = src
         if self.norm_first:
             sa, w = self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal,
@@ -175,9 +176,14 @@ class EncoderLayer(nn.Module):
             raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got "
                             f"{type(layer).__name__}")
         act = layer.activation
+        # A converter copies behaviour exactly: the two string activations map to their names;
+        # anything else (GELU(approximate="tanh"), a user function) is kept as the callable
+        # itself, never replaced by something close.
         name = {F.relu: "relu", F.gelu: "gelu"}.get(act)
-        if name is None and isinstance(act, (nn.ReLU, nn.GELU)):
+        if isinstance(act, nn.ReLU) or (isinstance(act, nn.GELU) and act.approximate == "none"):
             name = "relu" if isinstance(act, nn.ReLU) else "gelu"
+        elif isinstance(act, nn.Module):
+            act = copy.deepcopy(act)
         ref = layer.linear1.weight
         new = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads,
                   dim_feedforward=layer.linear1.out_features, dropout=layer.dropout.p,
@@ -211,13 +217,16 @@ class Encoder(nn.Module):
         self.norm = norm
 
     def forward(self, src: torch.Tensor, mask: torch.Tensor | None = None,
-                src_key_padding_mask: torch.Tensor | None = None, is_causal: bool = False,
+                src_key_padding_mask: torch.Tensor | None = None, is_causal: bool | None = None,
                 return_weights: bool = False, return_hidden_states: bool = False,
                 return_attention: bool | None = None) -> torch.Tensor | EncoderOutput:
         """The stack's output, or an :class:`EncoderOutput` with every layer's attention map
         (``return_weights``; ``return_attention`` is its deprecated name) and hidden states."""
         return_weights = renamed_flag("Encoder.forward", "return_attention", return_attention,
                                       "return_weights", return_weights)
+        # torch's default None means "detect whether mask is causal"; a given mask is applied
+        # either way, so None adds no causal mask of its own (True does).
+        is_causal = bool(is_causal)
         x = src
         hidden, maps = [x], []
         for layer in self.layers:
