@@ -13,10 +13,14 @@ from attnlab.core.weigh import weigh_values
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
               causal: bool = False, window: int | tuple[int | None, int | None] | None = None,
               scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
-              generator: torch.Generator | None = None, backend: str = "auto",
+              generator: torch.Generator | None = None, softcap: float | None = None,
+              enable_gqa: bool = False, backend: str = "auto",
               return_weights: bool = False,
               return_lse: bool = False) -> torch.Tensor | AttentionOutput:
     r"""Scaled dot-product attention, ``O = softmax(Q K^T * scale / temperature + mask) V``.
+
+    With ``softcap=c`` the scaled scores are soft-capped before the mask,
+    ``S -> c tanh(S / c)`` (Gemma 2), which bounds every logit by c.
 
     Causal alignment is **bottom-right**: query i keeps key j when ``j <= i + (N_k - N_q)``, so
     the last query sees every key (decoding with a cache). With N_q == N_k it is the usual
@@ -47,6 +51,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
         temperature: divides the scaled scores; > 1 flattens, < 1 sharpens. Default 1.0.
         dropout_p: dropout on the weights, in [0, 1). Applied whenever > 0 (pass 0.0 at eval).
         generator: makes dropout reproducible; reference and tiled draw the same mask from it.
+        softcap: the cap c > 0 of ``c tanh(S / c)`` on the scaled scores, or None (default).
+            Served by reference, tiled and blocksparse (not by torch's SDPA).
+        enable_gqa: grouped-query / multi-query attention (as SDPA's ``enable_gqa``): k and v
+            have ``H_kv`` heads in dim -3, q has ``H_q``, a multiple of it; query head h uses
+            K/V head ``h // (H_q / H_kv)``. K/V are never repeated in memory. Default False.
         backend: ``"auto"`` (the fastest exact backend able to serve the request) or a name from
             :func:`attnlab.list_backends`.
         return_weights: also return the weights applied to v ``(..., N_q, N_k)``.
@@ -63,14 +72,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
     """
     spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
                       temperature=temperature, dropout_p=dropout_p, generator=generator,
-                      return_weights=return_weights, return_lse=return_lse)
+                      softcap=softcap, enable_gqa=enable_gqa, return_weights=return_weights,
+                      return_lse=return_lse)
     chosen = select_backend(backend, spec)
     if spec.n_q == 0 or spec.n_k == 0:
         result = _empty(q, k, v, spec)
         return result if return_weights or return_lse else result.out
     q = q.expand(*spec.batch_shape, *q.shape[-2:])             # (*batch, N_q, D_k), a view
-    k = k.expand(*spec.batch_shape, *k.shape[-2:])             # (*batch, N_k, D_k)
-    v = v.expand(*spec.batch_shape, *v.shape[-2:])             # (*batch, N_k, D_v)
+    k = k.expand(*spec.kv_batch_shape, *k.shape[-2:])          # (*batch_kv, N_k, D_k)
+    v = v.expand(*spec.kv_batch_shape, *v.shape[-2:])          # (*batch_kv, N_k, D_v)
     result = chosen.fn(q, k, v, spec)
     if return_weights or return_lse:
         return result

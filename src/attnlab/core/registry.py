@@ -30,6 +30,8 @@ class Capabilities:
     weights: bool = False
     lse: bool = False
     dropout: bool = False
+    softcap: bool = False
+    gqa: bool = False
     backward: bool = True
     masks: frozenset[str] = ALL_MASKS
     dtypes: frozenset[torch.dtype] = ALL_DTYPES
@@ -57,6 +59,10 @@ class Backend:
             return "it does not return lse (return_lse=True)"
         if spec.dropout_p > 0 and not caps.dropout:
             return "it does not support dropout"
+        if spec.softcap is not None and not caps.softcap:
+            return "it does not take softcap"
+        if spec.kv_groups > 1 and not caps.gqa:
+            return "it does not take grouped-query K/V (enable_gqa)"
         if spec.requires_grad and not caps.backward:
             return "it has no backward pass"
         asked = {spec.mask_kind} - {"none"}

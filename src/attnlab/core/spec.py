@@ -32,6 +32,9 @@ class AttentionSpec:
         causal: keep ``j <= i + (n_k - n_q)``.
         window: ``(left, right)`` band around the aligned position, a side may be None, or None.
         scale: multiplies q k^T (default 1/sqrt(d_k)); temperature divides it afterwards.
+        softcap: c in ``s -> c * tanh(s / c)`` on the scaled scores (Gemma 2), or None.
+        kv_groups: G query heads share each K/V head (grouped-query attention; 1 = none):
+            q has ``batch_shape`` ``(..., H_q)``, k and v ``(..., H_q / G)`` in their last dim.
         dropout_p: dropout on the attention weights.
         dropout_seed: drawn once from the caller's generator; every backend derives the same
             keep-mask from it (see :mod:`attnlab.core.dropout`).
@@ -51,11 +54,20 @@ class AttentionSpec:
     window: tuple[int | None, int | None] | None
     scale: float
     temperature: float
+    softcap: float | None
+    kv_groups: int
     dropout_p: float
     dropout_seed: int | None
     need_weights: bool
     need_lse: bool
     requires_grad: bool
+
+    @property
+    def kv_batch_shape(self) -> tuple[int, ...]:
+        """Leading dims of k and v: ``batch_shape`` with ``H_q / kv_groups`` heads."""
+        if self.kv_groups == 1:
+            return self.batch_shape
+        return (*self.batch_shape[:-1], self.batch_shape[-1] // self.kv_groups)
 
     @property
     def offset(self) -> int:
@@ -66,6 +78,18 @@ class AttentionSpec:
     def score_scale(self) -> float:
         """What q k^T is multiplied by: scale / temperature."""
         return self.scale / self.temperature
+
+    def cap(self, s: torch.Tensor) -> torch.Tensor:
+        """Soft-capping of scaled scores, in place: ``s <- c tanh(s / c)`` (no-op without it)."""
+        if self.softcap is not None:
+            s.div_(self.softcap).tanh_().mul_(self.softcap)
+        return s
+
+    def cap_grad(self, capped: torch.Tensor) -> torch.Tensor | None:
+        """``d cap(s) / d s = 1 - tanh^2 = 1 - (capped / c)^2`` from the capped scores."""
+        if self.softcap is None:
+            return None
+        return 1.0 - (capped / self.softcap).square()
 
     @property
     def band(self) -> tuple[int | None, int | None] | None:
@@ -164,7 +188,9 @@ def describe(x: Any) -> str:
     return f"{type(x).__name__} {x!r}"
 
 
-def _validate_qkv(q: Any, k: Any, v: Any) -> tuple[int, ...]:
+def _validate_qkv(q: Any, k: Any, v: Any,
+                  enable_gqa: bool = False) -> tuple[tuple[int, ...], int]:
+    """Check q, k, v; returns the broadcast batch shape (of q) and the K/V group size."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of shape (..., N, D), got {describe(t)}; "
@@ -187,12 +213,36 @@ def _validate_qkv(q: Any, k: Any, v: Any) -> tuple[int, ...]:
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same number of keys N_k (dim -2), got "
                          f"k {tuple(k.shape)} and v {tuple(v.shape)}; pair every key with a value")
+    if enable_gqa:
+        return _validate_groups(q, k, v)
     try:
-        return tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+        return tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])), 1
     except RuntimeError:
+        hint = (" (fewer K/V heads than query heads: pass enable_gqa=True)"
+                if q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] > 1 and q.shape[-3] > k.shape[-3]
+                and q.shape[-3] % k.shape[-3] == 0 else "")
         raise ValueError(f"leading dims of q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])} and "
                          f"v {tuple(v.shape[:-2])} do not broadcast; give them the same (B, H) "
-                         "or size 1 where shared") from None
+                         f"or size 1 where shared{hint}") from None
+
+
+def _validate_groups(q, k, v) -> tuple[tuple[int, ...], int]:
+    """Grouped-query attention: heads are dim -3; H_q must be a multiple of H_kv."""
+    if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:
+        raise ValueError(f"enable_gqa needs a heads dim (..., H, N, D) on q, k and v, got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    h_q, h_k, h_v = q.shape[-3], k.shape[-3], v.shape[-3]
+    if h_k != h_v or h_q % h_k:
+        raise ValueError(f"enable_gqa needs k and v with the same number of heads H_kv dividing "
+                         f"q's H_q, got H_q={h_q}, H_k={h_k}, H_v={h_v}; query head h uses K/V "
+                         f"head h // (H_q / H_kv)")
+    try:
+        lead = tuple(torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
+    except RuntimeError:
+        raise ValueError(f"leading dims before the heads of q {tuple(q.shape[:-3])}, k "
+                         f"{tuple(k.shape[:-3])} and v {tuple(v.shape[:-3])} do not broadcast"
+                         ) from None
+    return (*lead, h_q), h_q // h_k
 
 
 def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
@@ -239,26 +289,33 @@ def _validate_window(window: Any) -> tuple[int | None, int | None] | None:
     return int(pair[0]) if pair[0] is not None else None, int(pair[1]) if pair[1] is not None else None
 
 
+_FIX = {"scale": "leave it None for 1/sqrt(D_k)", "temperature": "use 1.0 for plain softmax",
+        "softcap": "leave it None for no capping, or give the cap c (Gemma 2 uses 50)"}
+
+
 def _validate_positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}; "
-                         f"{'leave it None for 1/sqrt(D_k)' if name == 'scale' else 'use 1.0 for plain softmax'}")
+                         f"{_FIX[name]}")
     return float(value)
 
 
 def build_spec(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
                window: Any = None, scale: float | None = None, temperature: float = 1.0,
                dropout_p: float = 0.0, generator: torch.Generator | None = None,
+               softcap: float | None = None, enable_gqa: bool = False,
                return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
     """Validate the public arguments of :func:`attnlab.attention` and build the spec."""
-    batch_shape = _validate_qkv(q, k, v)
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be True or False, got {describe(enable_gqa)}")
+    batch_shape, groups = _validate_qkv(q, k, v, enable_gqa)
     return spec_from_shapes(
         batch_shape, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], q.dtype, q.device,
         requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
         mask=mask, causal=causal, window=window, scale=scale, temperature=temperature,
-        dropout_p=dropout_p, generator=generator, return_weights=return_weights,
-        return_lse=return_lse)
+        dropout_p=dropout_p, generator=generator, softcap=softcap, kv_groups=groups,
+        return_weights=return_weights, return_lse=return_lse)
 
 
 def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int, d_v: int,
@@ -266,6 +323,7 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
                      mask: Any = None, causal: bool = False, window: Any = None,
                      scale: float | None = None, temperature: float = 1.0,
                      dropout_p: float = 0.0, generator: torch.Generator | None = None,
+                     softcap: float | None = None, kv_groups: int = 1,
                      return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
     """Validate everything but the tensors q, k, v (already checked, or never made, as for
     precomputed scores) and build the spec from their shapes."""
@@ -277,6 +335,7 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
             raise TypeError(f"{name} must be True or False, got {describe(flag)}")
     scale_f = 1.0 / math.sqrt(d_k) if scale is None else _validate_positive("scale", scale)
     temp = _validate_positive("temperature", temperature)
+    cap = None if softcap is None else _validate_positive("softcap", softcap)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) \
             or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}; use 0.0 for no dropout "
@@ -286,7 +345,8 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
     return AttentionSpec(
         batch_shape=tuple(batch_shape), n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, dtype=dtype,
         device=device, mask=mask_t, mask_fn=mask_fn, causal=causal,
-        window=_validate_window(window), scale=scale_f, temperature=temp,
+        window=_validate_window(window), scale=scale_f, temperature=temp, softcap=cap,
+        kv_groups=kv_groups,
         dropout_p=float(dropout_p),
         dropout_seed=draw_seed(generator) if dropout_p > 0 else None, need_weights=return_weights,
         need_lse=return_lse, requires_grad=requires_grad,

@@ -27,6 +27,12 @@ def dropout_keep_dense(spec: AttentionSpec) -> torch.Tensor:
     return keep.view(*spec.batch_shape, spec.n_q, spec.n_k)
 
 
+def grouped(t: torch.Tensor, groups: int) -> torch.Tensor:
+    """Query-side ``(..., H_q, N, X)`` as ``(..., H_kv, G, N, X)`` (a view): query head
+    ``h = kv * G + g``, so each K/V head broadcasts over its G query heads."""
+    return t.unflatten(-3, (t.shape[-3] // groups, groups))
+
+
 def weigh_values(s: torch.Tensor, v: torch.Tensor, spec: AttentionSpec) -> AttentionOutput:
     """``s (..., N_q, N_k)`` scaled scores -> mask, softmax, dropout, ``A V``."""
     bias = spec.float_bias()
@@ -38,6 +44,9 @@ def weigh_values(s: torch.Tensor, v: torch.Tensor, spec: AttentionSpec) -> Atten
     a, lse = masked_softmax(s)                                 # (..., N_q, N_k), (..., N_q)
     if spec.dropout_p > 0:
         a = a * dropout_keep_dense(spec) / (1.0 - spec.dropout_p)
-    out = a @ v                                                # (..., N_q, D_v)
+    if spec.kv_groups > 1:                                     # v (..., H_kv, N_k, D_v)
+        out = (grouped(a, spec.kv_groups) @ v.unsqueeze(-3)).flatten(-4, -3)
+    else:
+        out = a @ v                                            # (..., N_q, D_v)
     return AttentionOutput(out=out, weights=a if spec.need_weights else None,
                            lse=lse if spec.need_lse else None)

@@ -73,13 +73,37 @@ class _Items:
     def __init__(self, spec: AttentionSpec, lay: BlockLayout, n_bh: int):
         self.spec, self.lay, self.n_bh = spec, lay, n_bh
         self.gk = lay.slots * lay.block_k
+        self.g = spec.kv_groups              # query heads per K/V head (GQA), 1 otherwise
         self.bh = torch.arange(n_bh, device=spec.device).view(n_bh, 1, 1, 1)
 
     def gather(self, blocks: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """``blocks (BH, nb, b, D)``, ``idx (C, G)`` -> ``(BH, C, G*b, D)``; -1 slots read block 0
-        (their scores are masked)."""
+        (their scores are masked). K/V blocks under GQA have BKV = BH / kv_groups rows."""
         g = blocks[:, idx.clamp_min(0)]                                     # (BH, C, G, b, D)
-        return g.reshape(self.n_bh, idx.shape[0], -1, blocks.shape[-1])
+        return g.reshape(blocks.shape[0], idx.shape[0], -1, blocks.shape[-1])
+
+    # Grouped-query attention: query head h = kv * G + g, so (BH, ...) is (BKV, G, ...) and
+    # each K/V head broadcasts over its G query heads in the matmul; K/V are never repeated.
+    def _grouped(self, a: torch.Tensor) -> torch.Tensor:
+        return a.view(a.shape[0] // self.g, self.g, *a.shape[1:])
+
+    def qk(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a (BH, C, m, X) @ b (BKV, C, n, X)^T -> (BH, C, m, n)``."""
+        if self.g == 1:
+            return a @ b.transpose(-1, -2)
+        return (self._grouped(a) @ b.unsqueeze(1).transpose(-1, -2)).flatten(0, 1)
+
+    def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a (BH, C, m, n) @ b (BKV, C, n, X) -> (BH, C, m, X)``."""
+        if self.g == 1:
+            return a @ b
+        return (self._grouped(a) @ b.unsqueeze(1)).flatten(0, 1)
+
+    def tmm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a^T @ b`` summed over each K/V head's query heads -> ``(BKV, C, n, X)``."""
+        if self.g == 1:
+            return a.transpose(-1, -2) @ b
+        return (self._grouped(a).transpose(-1, -2) @ self._grouped(b)).sum(1)
 
     def keep(self, i0: int, i1: int) -> torch.Tensor:
         """``(BH or 1, C, bq, G*bk)`` keep-mask of items i0..i1-1."""
@@ -91,11 +115,15 @@ class _Items:
         return k.expand(b, h, *k.shape[2:]).reshape(self.n_bh, *k.shape[2:])
 
     def scores(self, q_s, kb, i0, i1):
+        """Capped, masked scores of items i0..i1-1, the gathered queries, and d cap / d s
+        (None without a softcap)."""
         qi, kvi = self.lay.items_q[i0:i1], self.lay.items_kv[i0:i1]
         q_g = q_s[:, qi]                                                    # (BH, C, bq, D)
-        s = q_g @ self.gather(kb, kvi).transpose(-1, -2)                    # (BH, C, bq, G*bk)
+        s = self.qk(q_g, self.gather(kb, kvi))                              # (BH, C, bq, G*bk)
+        self.spec.cap(s)                                                    # before the mask
+        dcap = self.spec.cap_grad(s)
         s.masked_fill_(~self.keep(i0, i1), float("-inf"))
-        return s, q_g
+        return s, q_g, dcap
 
     def positions(self, i0, i1):
         lay = self.lay
@@ -138,14 +166,14 @@ class _BlockSparseAttention(torch.autograd.Function):
         out = torch.zeros(n_bh, qb.shape[1], lay.block_q, spec.d_v, dtype=q.dtype, device=q.device)
         lse = torch.full(out.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)
         for i0, i1 in _steps(lay):
-            s, _ = it.scores(qb, kb, i0, i1)
+            s, _, _ = it.scores(qb, kb, i0, i1)
             m = finite_or_zero(s.amax(dim=-1, keepdim=True))                 # (BH, C, bq, 1)
             p = s.sub_(m).exp_()
             l = p.sum(dim=-1)                                               # (BH, C, bq)
             if spec.dropout_p > 0:
                 p.mul_(it.dropout_scale(i0, i1, p.dtype))
             l_safe, lse_i = block_lse(m.squeeze(-1), l)
-            o = (p @ it.gather(vb, lay.items_kv[i0:i1])) / l_safe.unsqueeze(-1)   # (BH, C, bq, D_v)
+            o = it.mm(p, it.gather(vb, lay.items_kv[i0:i1])) / l_safe.unsqueeze(-1)   # (BH,C,bq,Dv)
             qi = lay.items_q[i0:i1]                       # unique within a round
             out[:, qi], lse[:, qi] = merge_partials(out[:, qi], lse[:, qi], o, lse_i)
         out = out.view(n_bh, -1, spec.d_v)[:, : spec.n_q]
@@ -170,36 +198,38 @@ class _BlockSparseAttention(torch.autograd.Function):
         dqb, dkb, dvb = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
         for i0, i1 in _steps(lay):
             qi, kvi = lay.items_q[i0:i1], lay.items_kv[i0:i1]
-            s, q_g = it.scores(qb, kb, i0, i1)
+            s, q_g, dcap = it.scores(qb, kb, i0, i1)
             p = s.sub_(lseb[:, qi, :, None]).exp_()                          # (BH, C, bq, G*bk)
             do_g = dob[:, qi]                                                # (BH, C, bq, D_v)
             v_g, k_g = it.gather(vb, kvi), it.gather(kb, kvi)
-            dp = do_g @ v_g.transpose(-1, -2)                                # (BH, C, bq, G*bk)
+            dp = it.qk(do_g, v_g)                                            # (BH, C, bq, G*bk)
             if spec.dropout_p > 0:
                 z = it.dropout_scale(i0, i1, p.dtype)
-                dv_g = (p * z).transpose(-1, -2) @ do_g
+                dv_g = it.tmm(p * z, do_g)
                 dp.mul_(z)
             else:
-                dv_g = p.transpose(-1, -2) @ do_g                            # (BH, C, G*bk, D_v)
+                dv_g = it.tmm(p, do_g)                                       # (BKV, C, G*bk, D_v)
             ds = dp.sub_(deltab[:, qi, :, None]).mul_(p)                     # (BH, C, bq, G*bk)
-            dqb.index_add_(1, qi, (ds @ k_g) * c)
+            if dcap is not None:
+                ds.mul_(dcap)                                                # through c tanh(s/c)
+            dqb.index_add_(1, qi, it.mm(ds, k_g) * c)
             flat = kvi.clamp_min(0).flatten()                                # (C*G,)
-            shape = (n_bh, -1, lay.block_k)
-            dkb.index_add_(1, flat, (ds.transpose(-1, -2) @ q_g).reshape(*shape, kb.shape[-1]))
+            shape = (kb.shape[0], -1, lay.block_k)                           # (BKV, C*G, bk)
+            dkb.index_add_(1, flat, it.tmm(ds, q_g).reshape(*shape, kb.shape[-1]))
             dvb.index_add_(1, flat, dv_g.reshape(*shape, vb.shape[-1]))
         dq = dqb.view(n_bh, -1, q.shape[-1])[:, : spec.n_q]
-        dk = dkb.view(n_bh, -1, k.shape[-1])[:, : spec.n_k]
-        dv = dvb.view(n_bh, -1, v.shape[-1])[:, : spec.n_k]
+        dk = dkb.view(k.shape[0], -1, k.shape[-1])[:, : spec.n_k]
+        dv = dvb.view(v.shape[0], -1, v.shape[-1])[:, : spec.n_k]
         return dq, dk, dv, None, None
 
 
 def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           spec: AttentionSpec) -> AttentionOutput:
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    n_bh = math.prod(spec.batch_shape)
+    n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
     qf = q.reshape(n_bh, spec.n_q, spec.d_k).to(compute)
-    kf = k.reshape(n_bh, spec.n_k, spec.d_k).to(compute)
-    vf = v.reshape(n_bh, spec.n_k, spec.d_v).to(compute)
+    kf = k.reshape(n_kv, spec.n_k, spec.d_k).to(compute)              # own heads under GQA
+    vf = v.reshape(n_kv, spec.n_k, spec.d_v).to(compute)
     if _band.applies(spec):
         out, lse = _band.BandAttention.apply(qf, kf, vf, spec, _band.BLOCK)
     else:
@@ -253,7 +283,8 @@ def _band_density(spec: AttentionSpec) -> float:
 
 register_backend(
     "blocksparse", blocksparse_attention,
-    Capabilities(exact=True, weights=False, lse=True, dropout=True, backward=True,
+    Capabilities(exact=True, weights=False, lse=True, dropout=True, softcap=True, gqa=True,
+                 backward=True,
                  masks=frozenset({"bool", "causal", "window", "fn"})),
     description="computes only the tiles a structured mask keeps (band, dilated, global, "
                 "segments); layouts reusable as mask=",

@@ -1,6 +1,7 @@
 """The reference backend: the formula, written out. It is the specification.
 
     S = Q K^T * scale / temperature            (..., N_q, N_k)
+    S = c tanh(S / c)                            with softcap=c (Gemma 2), before any mask
     S = S + bias;  S[~keep] = -inf               float mask adds, bool mask / causal / window cut
     A = softmax(S)  (0 on rows with no key)      (..., N_q, N_k)
     O = dropout(A) V                             (..., N_q, D_v)
@@ -17,18 +18,25 @@ import torch
 
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.spec import AttentionOutput, AttentionSpec
-from attnlab.core.weigh import weigh_values
+from attnlab.core.weigh import grouped, weigh_values
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         spec: AttentionSpec) -> AttentionOutput:
-    s = (q @ k.transpose(-2, -1)) * spec.score_scale          # (..., N_q, N_k)
+    if spec.kv_groups > 1:                                     # k (..., H_kv, N_k, D_k)
+        s = (grouped(q, spec.kv_groups) @ k.unsqueeze(-3).transpose(-2, -1)).flatten(-4, -3)
+        s = s * spec.score_scale                               # (..., H_q, N_q, N_k)
+    else:
+        s = (q @ k.transpose(-2, -1)) * spec.score_scale      # (..., N_q, N_k)
+    if spec.softcap is not None:                               # c tanh(s / c), Gemma 2
+        s = spec.softcap * torch.tanh(s / spec.softcap)
     return weigh_values(s, v, spec)
 
 
 register_backend(
     "reference", reference_attention,
-    Capabilities(exact=True, weights=True, lse=True, dropout=True, backward=True),
+    Capabilities(exact=True, weights=True, lse=True, dropout=True, softcap=True, gqa=True,
+                 backward=True),
     description="the formula written out; materializes N_q x N_k; the specification",
     # Estimated microseconds, fitted on a 2-core CPU (B=1, H=8, D=64): low fixed cost, but it
     # writes several N_q x N_k tensors, so it only wins on tiny inputs.

@@ -31,9 +31,10 @@ def _needs_dense_mask(spec: AttentionSpec) -> bool:
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    spec: AttentionSpec) -> AttentionOutput:
+    gqa = {"enable_gqa": True} if spec.kv_groups > 1 else {}     # K/V heads shared, not copied
     if not _needs_dense_mask(spec):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=spec.causal,
-                                             scale=spec.score_scale)
+                                             scale=spec.score_scale, **gqa)
         return AttentionOutput(out=out)
 
     keep = spec.dense_keep()                                  # bool, broadcastable to (..., N_q, N_k)
@@ -50,7 +51,8 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # SDPA wants the batch dims of the mask to broadcast with q's: give it full rank.
     while attn_mask.dim() < q.dim():
         attn_mask = attn_mask.unsqueeze(0)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=spec.score_scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=spec.score_scale,
+                                         **gqa)
     out = out.masked_fill(empty, 0.0)                         # (..., N_q, D_v)
     return AttentionOutput(out=out)
 
@@ -67,7 +69,7 @@ def _sdpa_cost(spec: AttentionSpec) -> float:
 
 register_backend(
     "sdpa", sdpa_attention,
-    Capabilities(exact=True, weights=False, lse=False, dropout=False, backward=True),
+    Capabilities(exact=True, weights=False, lse=False, dropout=False, gqa=True, backward=True),
     description="torch.nn.functional.scaled_dot_product_attention (fused kernels)",
     cost=_sdpa_cost,
 )

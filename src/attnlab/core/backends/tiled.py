@@ -51,8 +51,35 @@ class _Tiles:
     def __init__(self, spec: AttentionSpec, n_bh: int):
         self.spec = spec
         self.n_bh = n_bh
+        self.g = spec.kv_groups                 # query heads per K/V head (GQA), 1 otherwise
         self.bh = torch.arange(n_bh, device=spec.device).view(n_bh, 1, 1)
         self._bufs: dict[tuple, torch.Tensor] = {}
+
+    # Grouped-query attention without repeating K/V: the G query heads of one K/V head are
+    # consecutive (h = kv * G + g), so (BH, m, X) is (BKV, G * m, X) and one bmm serves them.
+    def _rows(self, a: torch.Tensor) -> torch.Tensor:
+        return a.reshape(a.shape[0] // self.g, self.g * a.shape[1], a.shape[2])
+
+    def qk(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``a (BH, m, X) @ b (BKV, n, X)^T -> (BH, m, n)``."""
+        if self.g == 1:
+            return torch.bmm(a, b.transpose(1, 2), out=out)
+        res = torch.bmm(self._rows(a), b.transpose(1, 2),
+                        out=None if out is None else self._rows(out))
+        return res.view(a.shape[0], a.shape[1], b.shape[1])
+
+    def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a (BH, m, n) @ b (BKV, n, X) -> (BH, m, X)``."""
+        if self.g == 1:
+            return torch.bmm(a, b)
+        return torch.bmm(self._rows(a), b).view(a.shape[0], a.shape[1], b.shape[2])
+
+    def tmm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a^T @ b`` summed over each K/V head's query heads: ``a (BH, m, n)``,
+        ``b (BH, m, X) -> (BKV, n, X)``."""
+        if self.g == 1:
+            return torch.bmm(a.transpose(1, 2), b)
+        return torch.bmm(self._rows(a).transpose(1, 2), self._rows(b))
 
     def buffer(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A scratch tensor reused across tiles: fresh multi-MiB allocations each tile cost
@@ -69,9 +96,10 @@ class _Tiles:
         return t.expand(*self.spec.batch_shape, bq, bk).reshape(self.n_bh, bq, bk)
 
     def scores(self, q_s: torch.Tensor, k: torch.Tensor, i0: int, i1: int, j0: int, j1: int,
-               kind: str, shift: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Scaled, masked scores of a tile ``(BH, bq, bk)``, minus ``shift (BH, bq, 1)`` if given;
-        None if the tile keeps nothing."""
+               kind: str, shift: torch.Tensor | None = None, cap_grad: bool = False):
+        """Scaled, capped, masked scores of a tile ``(BH, bq, bk)``, minus ``shift (BH, bq, 1)``
+        if given; None if the tile keeps nothing. With ``cap_grad``, ``(scores, d cap / d s)``
+        (None without a softcap)."""
         spec = self.spec
         bq, bk = i1 - i0, j1 - j0
         keep = None
@@ -83,9 +111,11 @@ class _Tiles:
         if keep is not None:
             keep = self._flat(keep, bq, bk)                      # (BH or 1, bq, bk)
             if not keep.any():
-                return None
-        s = torch.bmm(q_s[:, i0:i1], k[:, j0:j1].transpose(1, 2),
-                      out=self.buffer("s", (self.n_bh, bq, bk), q_s))    # (BH, bq, bk)
+                return (None, None) if cap_grad else None
+        s = self.qk(q_s[:, i0:i1], k[:, j0:j1],
+                    out=self.buffer("s", (self.n_bh, bq, bk), q_s))      # (BH, bq, bk)
+        spec.cap(s)                                              # before the mask, as Gemma 2
+        dcap = spec.cap_grad(s) if cap_grad else None
         if shift is not None:
             # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
             s.sub_(shift)
@@ -94,7 +124,7 @@ class _Tiles:
             s += self._flat(tile_of(bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
         if keep is not None:
             s.masked_fill_(~keep, float("-inf"))
-        return s
+        return (s, dcap) if cap_grad else s
 
     def dropout_scale(self, i0: int, i1: int, j0: int, j1: int, dtype: torch.dtype) -> torch.Tensor:
         """keep / (1 - p) for the tile, ``(BH, bq, bk)``."""
@@ -115,7 +145,8 @@ def _key_blocks(spec: AttentionSpec, i0: int, i1: int):
 class _TiledAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec: AttentionSpec):
-        # q (BH, N_q, D_k), k (BH, N_k, D_k), v (BH, N_k, D_v), all in the compute dtype
+        # q (BH, N_q, D_k), k (BKV, N_k, D_k), v (BKV, N_k, D_v), all in the compute dtype;
+        # BKV = BH / kv_groups (grouped-query attention), BH otherwise
         n_bh = q.shape[0]
         tiles = _Tiles(spec, n_bh)
         q_s = q * spec.score_scale
@@ -126,10 +157,12 @@ class _TiledAttention(torch.autograd.Function):
         # a tile whose row sums fall below 1e-30 is redone with the exact row max. Only tiles
         # that mask nothing use it: in a masked tile, rows with no kept key sum to 0 anyway, and
         # telling them apart costs more than the max pass it saves (measured).
-        bound = spec.float_bias() is None and spec.mask is None and spec.mask_fn is None
+        bound = (spec.float_bias() is None and spec.mask is None and spec.mask_fn is None
+                 and spec.softcap is None)
         if bound:
             qnorm = q_s.norm(dim=-1, keepdim=True)                       # (BH, N_q, 1)
-            kmax = k.norm(dim=-1).amax(dim=-1).view(n_bh, 1, 1)           # (BH, 1, 1)
+            kmax = k.norm(dim=-1).amax(dim=-1).repeat_interleave(spec.kv_groups).view(
+                n_bh, 1, 1)                                               # (BH, 1, 1)
         for i0 in range(0, spec.n_q, BLOCK_Q):
             i1 = min(i0 + BLOCK_Q, spec.n_q)
             o_acc, lse_acc = out[:, i0:i1], lse[:, i0:i1]     # (BH, bq, D_v), (BH, bq)
@@ -153,7 +186,7 @@ class _TiledAttention(torch.autograd.Function):
                 if spec.dropout_p > 0:
                     p.mul_(tiles.dropout_scale(i0, i1, j0, j1, p.dtype))
                 l_safe, lse_blk = block_lse(m.squeeze(-1), l)
-                o_blk = torch.bmm(p, v[:, j0:j1]) / l_safe.unsqueeze(-1)   # (BH, bq, D_v)
+                o_blk = tiles.mm(p, v[:, j0:j1]) / l_safe.unsqueeze(-1)    # (BH, bq, D_v)
                 o_acc, lse_acc = merge_partials(o_acc, lse_acc, o_blk, lse_blk)
             out[:, i0:i1], lse[:, i0:i1] = o_acc, lse_acc
         ctx.spec = spec
@@ -175,32 +208,35 @@ class _TiledAttention(torch.autograd.Function):
             i1 = min(i0 + BLOCK_Q, spec.n_q)
             do_blk = d_out[:, i0:i1]                             # (BH, bq, D_v)
             for j0, j1, kind in _key_blocks(spec, i0, i1):
-                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+                s, dcap = tiles.scores(q_s, k, i0, i1, j0, j1, kind, cap_grad=True)
                 if s is None:
                     continue
                 p = s.sub_(lse_b[:, i0:i1, None]).exp_()          # (BH, bq, bk) exact softmax
-                dp = torch.bmm(do_blk, v[:, j0:j1].transpose(1, 2),
-                               out=tiles.buffer("dp", p.shape, p))    # (BH, bq, bk)
+                dp = tiles.qk(do_blk, v[:, j0:j1],
+                              out=tiles.buffer("dp", p.shape, p))      # (BH, bq, bk)
                 if spec.dropout_p > 0:
                     z = tiles.dropout_scale(i0, i1, j0, j1, p.dtype)
-                    dv[:, j0:j1] += torch.bmm((p * z).transpose(1, 2), do_blk)
+                    dv[:, j0:j1] += tiles.tmm(p * z, do_blk)
                     dp.mul_(z)
                 else:
-                    dv[:, j0:j1] += torch.bmm(p.transpose(1, 2), do_blk)
+                    dv[:, j0:j1] += tiles.tmm(p, do_blk)              # (BKV, bk, D_v)
                 ds = dp.sub_(delta[:, i0:i1, None]).mul_(p)        # (BH, bq, bk)
-                dq[:, i0:i1] += torch.bmm(ds, k[:, j0:j1]) * c
-                dk[:, j0:j1] += torch.bmm(ds.transpose(1, 2), q_s[:, i0:i1])
+                if dcap is not None:
+                    ds.mul_(dcap)                                   # through c tanh(s / c)
+                dq[:, i0:i1] += tiles.mm(ds, k[:, j0:j1]) * c
+                dk[:, j0:j1] += tiles.tmm(ds, q_s[:, i0:i1])
         return dq, dk, dv, None
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     spec: AttentionSpec) -> AttentionOutput:
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    n_bh = math.prod(spec.batch_shape)
+    n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
     # (..., N, D) -> (BH, N, D); expand+reshape copies only where leading dims were broadcast.
+    # K/V keep their own heads under GQA: (BKV, N, D), never repeated.
     qf = q.expand(*spec.batch_shape, *q.shape[-2:]).reshape(n_bh, spec.n_q, spec.d_k).to(compute)
-    kf = k.expand(*spec.batch_shape, *k.shape[-2:]).reshape(n_bh, spec.n_k, spec.d_k).to(compute)
-    vf = v.expand(*spec.batch_shape, *v.shape[-2:]).reshape(n_bh, spec.n_k, spec.d_v).to(compute)
+    kf = k.expand(*spec.kv_batch_shape, *k.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_k).to(compute)
+    vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_v).to(compute)
     out, lse = _TiledAttention.apply(qf, kf, vf, spec)
     out = out.to(q.dtype).view(*spec.batch_shape, spec.n_q, spec.d_v)
     lse = lse.view(*spec.batch_shape, spec.n_q) if spec.need_lse else None
@@ -241,7 +277,8 @@ def _tiled_check(spec: AttentionSpec) -> str | None:
 
 register_backend(
     "tiled", tiled_attention,
-    Capabilities(exact=True, weights=False, lse=True, dropout=True, backward=True),
+    Capabilities(exact=True, weights=False, lse=True, dropout=True, softcap=True, gqa=True,
+                 backward=True),
     description="flash-style online softmax over tiles; O(N) memory; skips tiles outside a band",
     cost=_tiled_cost,
     check=_tiled_check,
