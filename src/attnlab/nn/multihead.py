@@ -76,6 +76,29 @@ def _to_core_mask(attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor
     return bias
 
 
+def _pad_masks(attn_mask, key_padding_mask):
+    """One key more (a bias or zero key): masks get a column that masks nothing, as torch."""
+    pad = [None if m is None else F.pad(m, (0, 1)) for m in (attn_mask, key_padding_mask)]
+    return pad[0], pad[1]
+
+
+def _causal_bias(attn_mask, is_causal: bool, n_q: int, n_k: int):
+    """``torch.nn.attention.bias.CausalBias`` as a mask: lower-right is attnlab's own causal
+    (bottom-right aligned); upper-left (SDPA's is_causal) becomes a bool mask, True = masked."""
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
+    if not isinstance(attn_mask, CausalBias):
+        return attn_mask, is_causal
+    if (attn_mask.seq_len_q, attn_mask.seq_len_kv) != (n_q, n_k):
+        raise ValueError(f"attn_mask is a CausalBias for ({attn_mask.seq_len_q}, "
+                         f"{attn_mask.seq_len_kv}) but the inputs give (N_q, N_k) = "
+                         f"({n_q}, {n_k}); build it with causal_lower_right({n_q}, {n_k})")
+    if attn_mask.variant == CausalVariant.LOWER_RIGHT:
+        return None, True
+    keep = torch.ones(n_q, n_k, dtype=torch.bool).tril()               # upper left: j <= i
+    return ~keep, is_causal
+
+
 class MultiheadAttention(nn.Module):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017, section 3.2.2).
 
@@ -86,7 +109,14 @@ class MultiheadAttention(nn.Module):
         bias: biases on the input and output projections.
         kdim, vdim: key and value input dims (default E); when they differ from E the Q, K, V
             projections are separate matrices, otherwise one fused ``(3E, E)`` matrix.
+        add_bias_kv: append a learned key and value (``bias_k``, ``bias_v``) to every sequence,
+            as torch does.
+        add_zero_attn: append an all-zero key and value after the heads are split, as torch.
         batch_first: inputs ``(B, N, E)`` if True, ``(N, B, E)`` if False (torch's default).
+        num_kv_heads: K/V heads for grouped-query attention (Ainslie et al. 2023; 1 = multi-
+            query, Shazeer 2019); must divide ``num_heads``. Default ``num_heads`` (plain
+            multi-head, convertible to torch). K/V projections then have ``num_kv_heads * D_h``
+            outputs and are never repeated (the core's ``enable_gqa``).
         backend: passed to :func:`attnlab.attention` (``"auto"`` by default).
 
     Shapes (batch_first=True): query ``(B, N_q, E)``, key ``(B, N_k, kdim)``,
@@ -103,8 +133,10 @@ class MultiheadAttention(nn.Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False,
                  kdim: int | None = None, vdim: int | None = None, batch_first: bool = False,
-                 backend: str = "auto", device=None, dtype=None):
+                 num_kv_heads: int | None = None, backend: str = "auto", device=None,
+                 dtype=None):
         super().__init__()
         for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
@@ -114,26 +146,41 @@ class MultiheadAttention(nn.Module):
                              f"choose num_heads among the divisors of {embed_dim} or change embed_dim")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads <= 0 \
+                or num_heads % kv_heads:
+            raise ValueError(f"num_kv_heads must be a positive int dividing num_heads "
+                             f"({num_heads}), got {num_kv_heads!r}")
         factory = {"device": device, "dtype": dtype}
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.num_kv_heads = kv_heads
+        kv_e = kv_heads * self.head_dim                                     # K/V width
         self.kdim = kdim if kdim is not None else embed_dim
         self.vdim = vdim if vdim is not None else embed_dim
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.dropout, self.batch_first, self.backend = dropout, batch_first, backend
+        self._split = [embed_dim, kv_e, kv_e]                              # q, k, v outputs
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            self.in_proj_weight = nn.Parameter(torch.empty(embed_dim + 2 * kv_e, embed_dim,
+                                                           **factory))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         else:
             self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
-            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
-            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
+            self.k_proj_weight = nn.Parameter(torch.empty(kv_e, self.kdim, **factory))
+            self.v_proj_weight = nn.Parameter(torch.empty(kv_e, self.vdim, **factory))
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory))
+            self.in_proj_bias = nn.Parameter(torch.empty(embed_dim + 2 * kv_e, **factory))
         else:
             self.register_parameter("in_proj_bias", None)
+        if add_bias_kv:
+            self.bias_k = nn.Parameter(torch.empty(1, 1, kv_e, **factory))
+            self.bias_v = nn.Parameter(torch.empty(1, 1, kv_e, **factory))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.reset_parameters()
 
@@ -147,20 +194,25 @@ class MultiheadAttention(nn.Module):
         if self.in_proj_bias is not None:
             nn.init.zeros_(self.in_proj_bias)
             nn.init.zeros_(self.out_proj.bias)
+        if self.bias_k is not None:
+            nn.init.xavier_normal_(self.bias_k)
+            nn.init.xavier_normal_(self.bias_v)
 
     def _project(self, query, key, value):
-        """Inputs ``(B, N, *)`` -> q ``(B, N_q, E)``, k ``(B, N_k, E)``, v ``(B, N_k, E)``."""
-        e = self.embed_dim
+        """Inputs ``(B, N, *)`` -> q ``(B, N_q, E)``, k ``(B, N_k, E_kv)``, v ``(B, N_k, E_kv)``
+        (``E_kv = num_kv_heads * D_h``, E without GQA)."""
+        split = self._split
         b = self.in_proj_bias
-        b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)
+        b_q, b_k, b_v = (None, None, None) if b is None else b.split(split)
         if self._qkv_same_embed_dim:
             if query is key and key is value:
-                # Self-attention: one (B, N, E) x (E, 3E) matmul, then split.
-                return F.linear(query, self.in_proj_weight, b).chunk(3, dim=-1)
-            w_q, w_k, w_v = self.in_proj_weight.split(e)
+                # Self-attention: one (B, N, E) x (E, E + 2 E_kv) matmul, then split.
+                return F.linear(query, self.in_proj_weight, b).split(split, dim=-1)
+            w_q, w_k, w_v = self.in_proj_weight.split(split)
             if key is value:
                 k, v = F.linear(key, torch.cat([w_k, w_v]),
-                                None if b is None else torch.cat([b_k, b_v])).chunk(2, dim=-1)
+                                None if b is None else torch.cat([b_k, b_v])).split(split[1:],
+                                                                                     dim=-1)
                 return F.linear(query, w_q, b_q), k, v
             return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         return (F.linear(query, self.q_proj_weight, b_q), F.linear(key, self.k_proj_weight, b_k),
@@ -195,11 +247,20 @@ class MultiheadAttention(nn.Module):
         self._check_inputs(query, key, value)
         bsz, n_q, _ = query.shape
         n_k = key.shape[1]
-        q, k, v = self._project(query, key, value)                       # (B, N, E)
-        h, d = self.num_heads, self.head_dim
+        attn_mask, is_causal = _causal_bias(attn_mask, is_causal, n_q, n_k)
+        q, k, v = self._project(query, key, value)                       # (B, N, E), (B, N, E_kv)
+        h, h_kv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.bias_k is not None:                  # one learned key/value more, as torch
+            k = torch.cat([k, self.bias_k.expand(bsz, 1, -1)], dim=1)       # (B, N_k + 1, E_kv)
+            v = torch.cat([v, self.bias_v.expand(bsz, 1, -1)], dim=1)
+            attn_mask, key_padding_mask, n_k = *_pad_masks(attn_mask, key_padding_mask), n_k + 1
         q = q.view(bsz, n_q, h, d).transpose(1, 2)                       # (B, H, N_q, D_h)
-        k = k.view(bsz, n_k, h, d).transpose(1, 2)                       # (B, H, N_k, D_h)
-        v = v.view(bsz, n_k, h, d).transpose(1, 2)                       # (B, H, N_k, D_h)
+        k = k.view(bsz, n_k, h_kv, d).transpose(1, 2)                    # (B, H_kv, N_k, D_h)
+        v = v.view(bsz, n_k, h_kv, d).transpose(1, 2)                    # (B, H_kv, N_k, D_h)
+        if self.add_zero_attn:                       # an all-zero key/value after the heads
+            k = torch.cat([k, k.new_zeros(bsz, h_kv, 1, d)], dim=2)
+            v = torch.cat([v, v.new_zeros(bsz, h_kv, 1, d)], dim=2)
+            attn_mask, key_padding_mask, n_k = *_pad_masks(attn_mask, key_padding_mask), n_k + 1
         mask = _to_core_mask(attn_mask, key_padding_mask, bsz, h, n_q, n_k, q.dtype)
         # While attnlab.inspect.record listens, weights are computed and reported even if the
         # caller did not ask for them (the reference backend then serves the call).
@@ -207,7 +268,7 @@ class MultiheadAttention(nn.Module):
         want = need_weights or recording
         res = attention(q, k, v, mask=mask, causal=is_causal,
                         dropout_p=self.dropout if self.training else 0.0,
-                        backend="auto" if recording else self.backend,
+                        enable_gqa=h_kv != h, backend="auto" if recording else self.backend,
                         return_weights=want)
         if recording:
             _recording.report(self, res.weights)
@@ -249,12 +310,10 @@ class MultiheadAttention(nn.Module):
         """An attnlab module with the same configuration and weights as a torch one."""
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv and add_zero_attn are not supported; convert a module "
-                             "built without them")
         ref = module.out_proj.weight
         new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
-                  bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim,
+                  bias=module.in_proj_bias is not None, add_bias_kv=module.bias_k is not None,
+                  add_zero_attn=module.add_zero_attn, kdim=module.kdim, vdim=module.vdim,
                   batch_first=module.batch_first, backend=backend, device=ref.device,
                   dtype=ref.dtype)
         new.load_state_dict(module.state_dict())
@@ -263,9 +322,15 @@ class MultiheadAttention(nn.Module):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A torch.nn.MultiheadAttention with the same configuration and weights."""
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(f"torch.nn.MultiheadAttention has no grouped-query attention; this "
+                             f"module has num_kv_heads={self.num_kv_heads} < num_heads="
+                             f"{self.num_heads}, so it cannot be converted")
         ref = self.out_proj.weight
         m = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout,
-                                  bias=self.in_proj_bias is not None, kdim=self.kdim,
+                                  bias=self.in_proj_bias is not None,
+                                  add_bias_kv=self.bias_k is not None,
+                                  add_zero_attn=self.add_zero_attn, kdim=self.kdim,
                                   vdim=self.vdim, batch_first=self.batch_first,
                                   device=ref.device, dtype=ref.dtype)
         m.load_state_dict(self.state_dict())
@@ -273,6 +338,7 @@ class MultiheadAttention(nn.Module):
         return m
 
     def extra_repr(self) -> str:
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}, "
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads}, dropout={self.dropout}, "
                 f"kdim={self.kdim}, vdim={self.vdim}, batch_first={self.batch_first}, "
                 f"backend={self.backend!r}")
