@@ -123,7 +123,8 @@ def test_tiled_never_repeats_kv(monkeypatch):
     seen = []
     real = tiled_mod._TiledAttention.apply
     monkeypatch.setattr(tiled_mod._TiledAttention, "apply",
-                        lambda q, k, v, spec: seen.append((q.shape, k.shape)) or real(q, k, v, spec))
+                        lambda q, k, v, spec, *c: seen.append((q.shape, k.shape))
+                        or real(q, k, v, spec, *c))
     q, k, v = _inputs(8, 2, 40, 40)
     attention(q, k, v, enable_gqa=True, backend="tiled")
     assert seen == [(torch.Size([16, 40, 24]), torch.Size([4, 40, 24]))]

@@ -14,13 +14,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
               causal: bool = False, window: int | tuple[int | None, int | None] | None = None,
               scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
               generator: torch.Generator | None = None, softcap: float | None = None,
-              enable_gqa: bool = False, backend: str = "auto",
+              score_mod=None, enable_gqa: bool = False, backend: str = "auto",
               return_weights: bool = False,
               return_lse: bool = False) -> torch.Tensor | AttentionOutput:
     r"""Scaled dot-product attention, ``O = softmax(Q K^T * scale / temperature + mask) V``.
 
     With ``softcap=c`` the scaled scores are soft-capped before the mask,
-    ``S -> c tanh(S / c)`` (Gemma 2), which bounds every logit by c.
+    ``S -> c tanh(S / c)`` (Gemma 2), which bounds every logit by c; a ``score_mod`` then
+    changes each score by its position, ``S_ij -> score_mod(S_ij, b, h, i, j)``::
+
+        S = Q K^T * scale / temperature -> softcap -> score_mod -> + float mask -> bool masks
 
     Causal alignment is **bottom-right**: query i keeps key j when ``j <= i + (N_k - N_q)``, so
     the last query sees every key (decoding with a cache). With N_q == N_k it is the usual
@@ -53,6 +56,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
         generator: makes dropout reproducible; reference and tiled draw the same mask from it.
         softcap: the cap c > 0 of ``c tanh(S / c)`` on the scaled scores, or None (default).
             Served by reference, tiled and blocksparse (not by torch's SDPA).
+        score_mod: ``fn(score, b, h, q_idx, kv_idx) -> score`` applied to the scaled (and
+            capped) scores before the mask, FlexAttention's signature: relative position biases,
+            ALiBi, learnable per-head tables (see :mod:`attnlab.core.score_mod`). Gradients
+            reach the tensors it captures. Served by reference, tiled and blocksparse.
         enable_gqa: grouped-query / multi-query attention (as SDPA's ``enable_gqa``): k and v
             have ``H_kv`` heads in dim -3, q has ``H_q``, a multiple of it; query head h uses
             K/V head ``h // (H_q / H_kv)``. K/V are never repeated in memory. Default False.
@@ -72,7 +79,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
     """
     spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
                       temperature=temperature, dropout_p=dropout_p, generator=generator,
-                      softcap=softcap, enable_gqa=enable_gqa, return_weights=return_weights,
+                      softcap=softcap, score_mod=score_mod, enable_gqa=enable_gqa,
+                      return_weights=return_weights,
                       return_lse=return_lse)
     chosen = select_backend(backend, spec)
     if spec.n_q == 0 or spec.n_k == 0:

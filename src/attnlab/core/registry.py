@@ -32,6 +32,7 @@ class Capabilities:
     dropout: bool = False
     softcap: bool = False
     gqa: bool = False
+    score_mod: bool = False
     backward: bool = True
     masks: frozenset[str] = ALL_MASKS
     dtypes: frozenset[torch.dtype] = ALL_DTYPES
@@ -61,6 +62,8 @@ class Backend:
             return "it does not support dropout"
         if spec.softcap is not None and not caps.softcap:
             return "it does not take softcap"
+        if spec.score_mod is not None and not caps.score_mod:
+            return "it does not take score_mod"
         if spec.kv_groups > 1 and not caps.gqa:
             return "it does not take grouped-query K/V (enable_gqa)"
         if spec.requires_grad and not caps.backward:

@@ -33,6 +33,9 @@ class AttentionSpec:
         window: ``(left, right)`` band around the aligned position, a side may be None, or None.
         scale: multiplies q k^T (default 1/sqrt(d_k)); temperature divides it afterwards.
         softcap: c in ``s -> c * tanh(s / c)`` on the scaled scores (Gemma 2), or None.
+        score_mod: ``fn(score, b, h, q_idx, kv_idx) -> score`` (FlexAttention's signature) on
+            the scaled, capped scores, or None; ``captured``: the tensors it captures that
+            require grad (see :mod:`attnlab.core.score_mod`).
         kv_groups: G query heads share each K/V head (grouped-query attention; 1 = none):
             q has ``batch_shape`` ``(..., H_q)``, k and v ``(..., H_q / G)`` in their last dim.
         dropout_p: dropout on the attention weights.
@@ -55,6 +58,8 @@ class AttentionSpec:
     scale: float
     temperature: float
     softcap: float | None
+    score_mod: Any
+    captured: tuple
     kv_groups: int
     dropout_p: float
     dropout_seed: int | None
@@ -84,6 +89,11 @@ class AttentionSpec:
         if self.softcap is not None:
             s.div_(self.softcap).tanh_().mul_(self.softcap)
         return s
+
+    def head_index(self, bh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat batch-head index -> (b, h) as mask and score functions see them."""
+        heads = self.heads_view[1]
+        return bh // heads, bh % heads
 
     def cap_grad(self, capped: torch.Tensor) -> torch.Tensor | None:
         """``d cap(s) / d s = 1 - tanh^2 = 1 - (capped / c)^2`` from the capped scores."""
@@ -275,6 +285,21 @@ def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
     return mask, None
 
 
+def _validate_score_mod(score_mod: Any, batch_shape: tuple[int, ...]) -> tuple:
+    if score_mod is None:
+        return ()
+    if not callable(score_mod) or isinstance(score_mod, torch.Tensor):
+        raise TypeError(f"score_mod must be a function score_mod(score, b, h, q_idx, kv_idx) -> "
+                        f"score (FlexAttention's signature), got {describe(score_mod)}; for a "
+                        "fixed additive bias pass a float mask instead")
+    if len(batch_shape) > 2:
+        raise ValueError(f"a score_mod needs at most 2 leading dims (B, H), q/k/v have "
+                         f"{batch_shape}; reshape to (B, H, N, D)")
+    from attnlab.core.score_mod import captured_tensors
+
+    return tuple(captured_tensors(score_mod)) if torch.is_grad_enabled() else ()
+
+
 def _validate_window(window: Any) -> tuple[int | None, int | None] | None:
     if window is None:
         return None
@@ -304,15 +329,18 @@ def _validate_positive(name: str, value: Any) -> float:
 def build_spec(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
                window: Any = None, scale: float | None = None, temperature: float = 1.0,
                dropout_p: float = 0.0, generator: torch.Generator | None = None,
-               softcap: float | None = None, enable_gqa: bool = False,
+               softcap: float | None = None, score_mod: Any = None, enable_gqa: bool = False,
                return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
     """Validate the public arguments of :func:`attnlab.attention` and build the spec."""
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be True or False, got {describe(enable_gqa)}")
     batch_shape, groups = _validate_qkv(q, k, v, enable_gqa)
+    captured = _validate_score_mod(score_mod, batch_shape)
     return spec_from_shapes(
         batch_shape, q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], q.dtype, q.device,
-        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad
+                                                      for t in (q, k, v, *captured)),
+        score_mod=score_mod, captured=captured,
         mask=mask, causal=causal, window=window, scale=scale, temperature=temperature,
         dropout_p=dropout_p, generator=generator, softcap=softcap, kv_groups=groups,
         return_weights=return_weights, return_lse=return_lse)
@@ -323,7 +351,8 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
                      mask: Any = None, causal: bool = False, window: Any = None,
                      scale: float | None = None, temperature: float = 1.0,
                      dropout_p: float = 0.0, generator: torch.Generator | None = None,
-                     softcap: float | None = None, kv_groups: int = 1,
+                     softcap: float | None = None, kv_groups: int = 1, score_mod: Any = None,
+                     captured: tuple = (),
                      return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
     """Validate everything but the tensors q, k, v (already checked, or never made, as for
     precomputed scores) and build the spec from their shapes."""
@@ -346,7 +375,7 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
         batch_shape=tuple(batch_shape), n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, dtype=dtype,
         device=device, mask=mask_t, mask_fn=mask_fn, causal=causal,
         window=_validate_window(window), scale=scale_f, temperature=temp, softcap=cap,
-        kv_groups=kv_groups,
+        kv_groups=kv_groups, score_mod=score_mod, captured=tuple(captured),
         dropout_p=float(dropout_p),
         dropout_seed=draw_seed(generator) if dropout_p > 0 else None, need_weights=return_weights,
         need_lse=return_lse, requires_grad=requires_grad,

@@ -27,6 +27,8 @@ from attnlab.core.dropout import keep_mask
 from attnlab.core.layout import BlockLayout, block_layout
 from attnlab.core.masks import band_range
 from attnlab.core.registry import Capabilities, register_backend
+from attnlab.core.score_mod import TileGrad
+from attnlab.core.score_mod import apply as apply_score_mod
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
@@ -75,6 +77,8 @@ class _Items:
         self.gk = lay.slots * lay.block_k
         self.g = spec.kv_groups              # query heads per K/V head (GQA), 1 otherwise
         self.bh = torch.arange(n_bh, device=spec.device).view(n_bh, 1, 1, 1)
+        self.b_idx, self.h_idx = spec.head_index(self.bh)      # (BH, 1, 1, 1) for score_mod
+        self.mod_grad = None                 # a score_mod.TileGrad in the backward pass
 
     def gather(self, blocks: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """``blocks (BH, nb, b, D)``, ``idx (C, G)`` -> ``(BH, C, G*b, D)``; -1 slots read block 0
@@ -122,8 +126,19 @@ class _Items:
         s = self.qk(q_g, self.gather(kb, kvi))                              # (BH, C, bq, G*bk)
         self.spec.cap(s)                                                    # before the mask
         dcap = self.spec.cap_grad(s)
+        handle = None
+        if self.spec.score_mod is not None:
+            rows, cols = self.positions(i0, i1)
+            # padded rows / empty slots are masked below; clamp so a table lookup stays inside
+            idx = (self.b_idx, self.h_idx, rows.clamp_max(self.spec.n_q - 1),
+                   cols.clamp_max(self.spec.n_k - 1))
+            if self.mod_grad is not None:
+                mod, handle = self.mod_grad.forward(s, *idx)
+            else:
+                mod = apply_score_mod(self.spec.score_mod, s, *idx)
+            s.copy_(mod)
         s.masked_fill_(~self.keep(i0, i1), float("-inf"))
-        return s, q_g, dcap
+        return s, q_g, (dcap, handle)
 
     def positions(self, i0, i1):
         lay = self.lay
@@ -157,7 +172,7 @@ def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
 
 class _BlockSparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec: AttentionSpec, lay: BlockLayout):
+    def forward(ctx, q, k, v, spec: AttentionSpec, lay: BlockLayout, *captured):
         # q (BH, N_q, D_k), k (BH, N_k, D_k), v (BH, N_k, D_v)
         n_bh = q.shape[0]
         it = _Items(spec, lay, n_bh)
@@ -188,6 +203,9 @@ class _BlockSparseAttention(torch.autograd.Function):
         spec, lay = ctx.spec, ctx.lay
         n_bh = q.shape[0]
         it = _Items(spec, lay, n_bh)
+        captured_grads = [None] * len(spec.captured)
+        if spec.score_mod is not None:
+            it.mod_grad = TileGrad(spec.score_mod, list(spec.captured), captured_grads)
         c = spec.score_scale
         delta, lse_b = backward_terms(d_out, out, d_lse, lse)                # (BH, N_q) each
         qb = _blocks(q * c, lay.block_q)
@@ -198,7 +216,7 @@ class _BlockSparseAttention(torch.autograd.Function):
         dqb, dkb, dvb = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
         for i0, i1 in _steps(lay):
             qi, kvi = lay.items_q[i0:i1], lay.items_kv[i0:i1]
-            s, q_g, dcap = it.scores(qb, kb, i0, i1)
+            s, q_g, (dcap, mod) = it.scores(qb, kb, i0, i1)
             p = s.sub_(lseb[:, qi, :, None]).exp_()                          # (BH, C, bq, G*bk)
             do_g = dob[:, qi]                                                # (BH, C, bq, D_v)
             v_g, k_g = it.gather(vb, kvi), it.gather(kb, kvi)
@@ -210,6 +228,8 @@ class _BlockSparseAttention(torch.autograd.Function):
             else:
                 dv_g = it.tmm(p, do_g)                                       # (BKV, C, G*bk, D_v)
             ds = dp.sub_(deltab[:, qi, :, None]).mul_(p)                     # (BH, C, bq, G*bk)
+            if mod is not None:                                              # through score_mod
+                ds = it.mod_grad.backward(mod, ds)
             if dcap is not None:
                 ds.mul_(dcap)                                                # through c tanh(s/c)
             dqb.index_add_(1, qi, it.mm(ds, k_g) * c)
@@ -220,7 +240,7 @@ class _BlockSparseAttention(torch.autograd.Function):
         dq = dqb.view(n_bh, -1, q.shape[-1])[:, : spec.n_q]
         dk = dkb.view(k.shape[0], -1, k.shape[-1])[:, : spec.n_k]
         dv = dvb.view(v.shape[0], -1, v.shape[-1])[:, : spec.n_k]
-        return dq, dk, dv, None, None
+        return (dq, dk, dv, None, None, *captured_grads)
 
 
 def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -233,7 +253,7 @@ def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if _band.applies(spec):
         out, lse = _band.BandAttention.apply(qf, kf, vf, spec, _band.BLOCK)
     else:
-        out, lse = _BlockSparseAttention.apply(qf, kf, vf, spec, layout_for(spec))
+        out, lse = _BlockSparseAttention.apply(qf, kf, vf, spec, layout_for(spec), *spec.captured)
     out = out.to(q.dtype).reshape(*spec.batch_shape, spec.n_q, spec.d_v)
     lse = lse.reshape(*spec.batch_shape, spec.n_q) if spec.need_lse else None
     return AttentionOutput(out=out, lse=lse)
@@ -284,7 +304,7 @@ def _band_density(spec: AttentionSpec) -> float:
 register_backend(
     "blocksparse", blocksparse_attention,
     Capabilities(exact=True, weights=False, lse=True, dropout=True, softcap=True, gqa=True,
-                 backward=True,
+                 score_mod=True, backward=True,
                  masks=frozenset({"bool", "causal", "window", "fn"})),
     description="computes only the tiles a structured mask keeps (band, dilated, global, "
                 "segments); layouts reusable as mask=",

@@ -27,6 +27,8 @@ import torch
 from attnlab.core.dropout import keep_mask
 from attnlab.core.masks import band_range, tile_of
 from attnlab.core.registry import Capabilities, register_backend
+from attnlab.core.score_mod import TileGrad
+from attnlab.core.score_mod import apply as apply_score_mod
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
@@ -53,7 +55,9 @@ class _Tiles:
         self.n_bh = n_bh
         self.g = spec.kv_groups                 # query heads per K/V head (GQA), 1 otherwise
         self.bh = torch.arange(n_bh, device=spec.device).view(n_bh, 1, 1)
+        self.b_idx, self.h_idx = spec.head_index(self.bh)      # (BH, 1, 1) for score_mod
         self._bufs: dict[tuple, torch.Tensor] = {}
+        self.mod_grad = None                    # a score_mod.TileGrad in the backward pass
 
     # Grouped-query attention without repeating K/V: the G query heads of one K/V head are
     # consecutive (h = kv * G + g), so (BH, m, X) is (BKV, G * m, X) and one bmm serves them.
@@ -111,11 +115,20 @@ class _Tiles:
         if keep is not None:
             keep = self._flat(keep, bq, bk)                      # (BH or 1, bq, bk)
             if not keep.any():
-                return (None, None) if cap_grad else None
+                return (None, (None, None)) if cap_grad else None
         s = self.qk(q_s[:, i0:i1], k[:, j0:j1],
                     out=self.buffer("s", (self.n_bh, bq, bk), q_s))      # (BH, bq, bk)
         spec.cap(s)                                              # before the mask, as Gemma 2
         dcap = spec.cap_grad(s) if cap_grad else None
+        handle = None
+        if spec.score_mod is not None:
+            idx = (self.b_idx, self.h_idx, torch.arange(i0, i1, device=s.device).view(1, -1, 1),
+                   torch.arange(j0, j1, device=s.device).view(1, 1, -1))
+            if self.mod_grad is not None:
+                mod, handle = self.mod_grad.forward(s, *idx)
+            else:
+                mod = apply_score_mod(spec.score_mod, s, *idx)
+            s.copy_(mod)
         if shift is not None:
             # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
             s.sub_(shift)
@@ -124,7 +137,7 @@ class _Tiles:
             s += self._flat(tile_of(bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
         if keep is not None:
             s.masked_fill_(~keep, float("-inf"))
-        return (s, dcap) if cap_grad else s
+        return (s, (dcap, handle)) if cap_grad else s
 
     def dropout_scale(self, i0: int, i1: int, j0: int, j1: int, dtype: torch.dtype) -> torch.Tensor:
         """keep / (1 - p) for the tile, ``(BH, bq, bk)``."""
@@ -144,7 +157,7 @@ def _key_blocks(spec: AttentionSpec, i0: int, i1: int):
 
 class _TiledAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec: AttentionSpec):
+    def forward(ctx, q, k, v, spec: AttentionSpec, *captured):
         # q (BH, N_q, D_k), k (BKV, N_k, D_k), v (BKV, N_k, D_v), all in the compute dtype;
         # BKV = BH / kv_groups (grouped-query attention), BH otherwise
         n_bh = q.shape[0]
@@ -158,7 +171,7 @@ class _TiledAttention(torch.autograd.Function):
         # that mask nothing use it: in a masked tile, rows with no kept key sum to 0 anyway, and
         # telling them apart costs more than the max pass it saves (measured).
         bound = (spec.float_bias() is None and spec.mask is None and spec.mask_fn is None
-                 and spec.softcap is None)
+                 and spec.softcap is None and spec.score_mod is None)
         if bound:
             qnorm = q_s.norm(dim=-1, keepdim=True)                       # (BH, N_q, 1)
             kmax = k.norm(dim=-1).amax(dim=-1).repeat_interleave(spec.kv_groups).view(
@@ -198,6 +211,9 @@ class _TiledAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         spec: AttentionSpec = ctx.spec
         tiles = _Tiles(spec, q.shape[0])
+        captured_grads = [None] * len(spec.captured)
+        if spec.score_mod is not None:
+            tiles.mod_grad = TileGrad(spec.score_mod, list(spec.captured), captured_grads)
         c = spec.score_scale
         q_s = q * c
         d_out = d_out.contiguous()
@@ -208,7 +224,7 @@ class _TiledAttention(torch.autograd.Function):
             i1 = min(i0 + BLOCK_Q, spec.n_q)
             do_blk = d_out[:, i0:i1]                             # (BH, bq, D_v)
             for j0, j1, kind in _key_blocks(spec, i0, i1):
-                s, dcap = tiles.scores(q_s, k, i0, i1, j0, j1, kind, cap_grad=True)
+                s, (dcap, mod) = tiles.scores(q_s, k, i0, i1, j0, j1, kind, cap_grad=True)
                 if s is None:
                     continue
                 p = s.sub_(lse_b[:, i0:i1, None]).exp_()          # (BH, bq, bk) exact softmax
@@ -221,11 +237,13 @@ class _TiledAttention(torch.autograd.Function):
                 else:
                     dv[:, j0:j1] += tiles.tmm(p, do_blk)              # (BKV, bk, D_v)
                 ds = dp.sub_(delta[:, i0:i1, None]).mul_(p)        # (BH, bq, bk)
+                if mod is not None:                                 # through score_mod
+                    ds = tiles.mod_grad.backward(mod, ds)
                 if dcap is not None:
                     ds.mul_(dcap)                                   # through c tanh(s / c)
                 dq[:, i0:i1] += tiles.mm(ds, k[:, j0:j1]) * c
                 dk[:, j0:j1] += tiles.tmm(ds, q_s[:, i0:i1])
-        return dq, dk, dv, None
+        return (dq, dk, dv, None, *captured_grads)
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -237,7 +255,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     qf = q.expand(*spec.batch_shape, *q.shape[-2:]).reshape(n_bh, spec.n_q, spec.d_k).to(compute)
     kf = k.expand(*spec.kv_batch_shape, *k.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_k).to(compute)
     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_v).to(compute)
-    out, lse = _TiledAttention.apply(qf, kf, vf, spec)
+    out, lse = _TiledAttention.apply(qf, kf, vf, spec, *spec.captured)
     out = out.to(q.dtype).view(*spec.batch_shape, spec.n_q, spec.d_v)
     lse = lse.view(*spec.batch_shape, spec.n_q) if spec.need_lse else None
     return AttentionOutput(out=out, lse=lse)
@@ -278,7 +296,7 @@ def _tiled_check(spec: AttentionSpec) -> str | None:
 register_backend(
     "tiled", tiled_attention,
     Capabilities(exact=True, weights=False, lse=True, dropout=True, softcap=True, gqa=True,
-                 backward=True),
+                 score_mod=True, backward=True),
     description="flash-style online softmax over tiles; O(N) memory; skips tiles outside a band",
     cost=_tiled_cost,
     check=_tiled_check,
