@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
-from attnlab.core.registry import select_backend
+from attnlab.core.registry import get_backend, select_backend
+from attnlab.core.softmax import merge_partials
 from attnlab.core.spec import AttentionOutput, build_spec, describe, spec_from_shapes
 from attnlab.core.weigh import weigh_values
 
@@ -14,7 +17,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
               causal: bool = False, window: int | tuple[int | None, int | None] | None = None,
               scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
               generator: torch.Generator | None = None, softcap: float | None = None,
-              score_mod=None, enable_gqa: bool = False, backend: str = "auto",
+              score_mod=None, sinks: torch.Tensor | None = None, enable_gqa: bool = False,
+              backend: str = "auto",
               return_weights: bool = False,
               return_lse: bool = False) -> torch.Tensor | AttentionOutput:
     r"""Scaled dot-product attention, ``O = softmax(Q K^T * scale / temperature + mask) V``.
@@ -60,6 +64,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
             capped) scores before the mask, FlexAttention's signature: relative position biases,
             ALiBi, learnable per-head tables (see :mod:`attnlab.core.score_mod`). Gradients
             reach the tensors it captures. Served by reference, tiled and blocksparse.
+        sinks: learnable attention sinks (Xiao et al. 2023, StreamingLLM; as in gpt-oss): one
+            logit per head, broadcastable to the batch dims ``(..., H)``, that takes part in
+            every row's softmax but carries no value, ``O_i = sum_j exp(S_ij - L_i) v_j`` with
+            ``L_i = log(exp(sink) + sum_j exp(S_ij))``; the returned lse is ``L``. Folded in with
+            the merge rule on any backend that returns lse; differentiable. Default None.
         enable_gqa: grouped-query / multi-query attention (as SDPA's ``enable_gqa``): k and v
             have ``H_kv`` heads in dim -3, q has ``H_q``, a multiple of it; query head h uses
             K/V head ``h // (H_q / H_kv)``. K/V are never repeated in memory. Default False.
@@ -82,7 +91,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
                       softcap=softcap, score_mod=score_mod, enable_gqa=enable_gqa,
                       return_weights=return_weights,
                       return_lse=return_lse)
+    sink = _validate_sinks(sinks, spec)
+    if sink is not None:                       # folded in from the backend's (out, lse)
+        spec = dataclasses.replace(spec, need_lse=True)
+        if backend != "auto" and get_backend(backend).why_not(spec) is not None \
+                and not get_backend(backend).capabilities.lse:
+            raise ValueError(f"backend {backend!r} cannot serve sinks: they are merged in from "
+                             "the log-sum-exp, which it does not return; use backend='auto' or "
+                             "one that returns lse (see attnlab.list_backends())")
     chosen = select_backend(backend, spec)
+    if sink is not None:
+        result = _with_sink(attention(q, k, v, mask=mask, causal=causal, window=window,
+                                      scale=scale, temperature=temperature, dropout_p=dropout_p,
+                                      generator=generator, softcap=softcap, score_mod=score_mod,
+                                      enable_gqa=enable_gqa, backend=chosen.name,
+                                      return_weights=return_weights, return_lse=True), sink)
+        return result if return_weights or return_lse else result.out
     if spec.n_q == 0 or spec.n_k == 0:
         result = _empty(q, k, v, spec)
         return result if return_weights or return_lse else result.out
@@ -177,4 +201,35 @@ def _empty(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec) -> Attention
     out = zero + v.new_zeros(*shape, spec.d_v)                  # (*batch, N_q, D_v)
     weights = zero + v.new_zeros(*shape, spec.n_k) if spec.need_weights else None
     lse = zero + v.new_full(shape, float("-inf")) if spec.need_lse else None
+    return AttentionOutput(out=out, weights=weights, lse=lse)
+
+
+def _validate_sinks(sinks, spec) -> torch.Tensor | None:
+    """Sinks broadcast to the batch dims: returns them as ``(*batch, 1)`` logits."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor) or not sinks.dtype.is_floating_point:
+        raise TypeError(f"sinks must be a float tensor of one logit per head, shape (H,) or "
+                        f"broadcastable to {spec.batch_shape}, got {describe(sinks)}")
+    try:
+        ok = tuple(torch.broadcast_shapes(sinks.shape, spec.batch_shape)) == spec.batch_shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"sinks of shape {tuple(sinks.shape)} do not broadcast to the batch "
+                         f"dims {spec.batch_shape}; give one logit per head, shape (H,)")
+    if sinks.device != spec.device:
+        raise ValueError(f"sinks are on {sinks.device} but q is on {spec.device}; move them")
+    return sinks.to(spec.dtype).expand(spec.batch_shape).unsqueeze(-1)   # (*batch, 1)
+
+
+def _with_sink(res: AttentionOutput, sink: torch.Tensor) -> AttentionOutput:
+    """A sink is one more key with logit ``sink`` and value 0: merge ``(out, lse)`` with the
+    partial result ``(0, sink)`` (the one merge rule of :mod:`attnlab.core.softmax`)."""
+    sink = sink.expand_as(res.lse)                                   # (*batch, N_q)
+    out, lse = merge_partials(res.out, res.lse, torch.zeros_like(res.out), sink)
+    weights = None
+    if res.weights is not None:
+        share = torch.exp(res.lse - lse).nan_to_num(0.0).unsqueeze(-1)   # mass left to keys
+        weights = res.weights * share
     return AttentionOutput(out=out, weights=weights, lse=lse)
