@@ -18,6 +18,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
               scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
               generator: torch.Generator | None = None, softcap: float | None = None,
               score_mod=None, sinks: torch.Tensor | None = None, enable_gqa: bool = False,
+              q_lengths: torch.Tensor | None = None, kv_lengths: torch.Tensor | None = None,
               backend: str = "auto",
               return_weights: bool = False,
               return_lse: bool = False) -> torch.Tensor | AttentionOutput:
@@ -69,6 +70,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
             every row's softmax but carries no value, ``O_i = sum_j exp(S_ij - L_i) v_j`` with
             ``L_i = log(exp(sink) + sum_j exp(S_ij))``; the returned lse is ``L``. Folded in with
             the merge rule on any backend that returns lse; differentiable. Default None.
+        q_lengths, kv_lengths: ``(B,)`` real queries / keys per sequence of a right-padded
+            batch (either defaults to the full length). ``causal`` and ``window`` are then
+            aligned to each sequence's own lengths (FlashAttention's varlen semantics, see
+            :func:`attnlab.masks.varlen`) and padding rows give 0. Default None.
         enable_gqa: grouped-query / multi-query attention (as SDPA's ``enable_gqa``): k and v
             have ``H_kv`` heads in dim -3, q has ``H_q``, a multiple of it; query head h uses
             K/V head ``h // (H_q / H_kv)``. K/V are never repeated in memory. Default False.
@@ -86,6 +91,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
         >>> attention(q, k, v, causal=True).shape
         torch.Size([2, 4, 5, 3])
     """
+    if q_lengths is not None or kv_lengths is not None:
+        mask, causal, window = _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths)
     spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
                       temperature=temperature, dropout_p=dropout_p, generator=generator,
                       softcap=softcap, score_mod=score_mod, enable_gqa=enable_gqa,
@@ -233,3 +240,35 @@ def _with_sink(res: AttentionOutput, sink: torch.Tensor) -> AttentionOutput:
         share = torch.exp(res.lse - lse).nan_to_num(0.0).unsqueeze(-1)   # mass left to keys
         weights = res.weights * share
     return AttentionOutput(out=out, weights=weights, lse=lse)
+
+
+def _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths):
+    """Fold per-sequence lengths (and the causal / window they align) into one mask function."""
+    from attnlab.core import masks
+    from attnlab.core.spec import _validate_window
+
+    if q.dim() < 3:
+        raise ValueError(f"q_lengths / kv_lengths need a batch dim: q of shape (B, [H,] N, D), "
+                         f"got {tuple(q.shape)}")
+    n_b = q.shape[0]
+
+    def full(t, n):
+        return torch.full((n_b,), n, dtype=torch.long) if t is None else torch.as_tensor(t)
+
+    ql, kl = full(q_lengths, q.shape[-2]), full(kv_lengths, k.shape[-2])
+    for name, t, n in (("q_lengths", ql, q.shape[-2]), ("kv_lengths", kl, k.shape[-2])):
+        if t.dim() != 1 or t.shape[0] != n_b or (t > n).any():
+            raise ValueError(f"{name} must be (B,) = ({n_b},) with entries <= {n} (the padded "
+                             f"length), got {t.tolist() if t.dim() == 1 else tuple(t.shape)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {describe(causal)}")
+    fn = masks.varlen(ql, kl, causal=causal, window=_validate_window(window))
+    if mask is None:
+        combined = fn
+    elif callable(mask) and not isinstance(mask, torch.Tensor):
+        combined = masks.and_masks(mask, fn)
+    else:
+        raise ValueError("q_lengths / kv_lengths combine with a mask function, not a mask "
+                         "tensor; express the tensor mask's rule as a mask function, or apply "
+                         "the lengths in the tensor (False at padding)")
+    return combined, False, None

@@ -41,6 +41,7 @@ __all__ = [
     "materialize",
     "or_masks",
     "segments",
+    "varlen",
     "to_additive",
     "window",
 ]
@@ -130,6 +131,44 @@ def key_padding(lengths: torch.Tensor | Sequence[int]) -> MaskFn:
         return kv_idx < lengths.to(kv_idx.device)[b]
 
     return key_padding_mask
+
+
+def varlen(q_lengths: torch.Tensor, kv_lengths: torch.Tensor, *, causal: bool = False,
+           window: tuple[int | None, int | None] | None = None) -> MaskFn:
+    """Per-sequence lengths in a right-padded batch, with causal / window aligned to each
+    sequence's own lengths (FlashAttention's varlen semantics).
+
+    Sequence b has ``q_lengths[b]`` real queries and ``kv_lengths[b]`` real keys, at the start
+    of its rows. Query i of b sits at key position ``p = i + kv_lengths[b] - q_lengths[b]``
+    (bottom-right alignment per sequence, not for the padded lengths); causal keeps
+    ``j <= p``, ``window=(left, right)`` keeps ``p - left <= j <= p + right``. Padding queries
+    and keys are masked, so padding rows give output 0.
+    """
+    ql, kl = torch.as_tensor(q_lengths), torch.as_tensor(kv_lengths)
+    for name, t in (("q_lengths", ql), ("kv_lengths", kl)):
+        if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError(f"{name} must be a 1-D integer tensor (B,) of real tokens per "
+                             f"sequence, got dtype {t.dtype} and shape {tuple(t.shape)}")
+        if (t < 0).any():
+            raise ValueError(f"{name} must be >= 0, got {t.tolist()}")
+    if ql.shape != kl.shape:
+        raise ValueError(f"q_lengths and kv_lengths need one entry per sequence each, got "
+                         f"{tuple(ql.shape)} and {tuple(kl.shape)}")
+    left, right = window if window is not None else (None, None)
+    if causal:
+        right = 0 if right is None else min(right, 0)
+
+    def varlen_mask(b, h, q_idx, kv_idx):
+        qb, kb = ql.to(q_idx.device)[b], kl.to(q_idx.device)[b]
+        keep = (q_idx < qb) & (kv_idx < kb)
+        p = q_idx + (kb - qb)                                   # aligned per sequence
+        if left is not None:
+            keep = keep & (kv_idx >= p - left)
+        if right is not None:
+            keep = keep & (kv_idx <= p + right)
+        return keep
+
+    return varlen_mask
 
 
 def segments(q_segments: torch.Tensor, kv_segments: torch.Tensor | None = None) -> MaskFn:
