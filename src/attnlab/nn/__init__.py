@@ -1,16 +1,17 @@
 """Modules that own parameters and call the functional core; they never re-implement attention.
 
 Mask polarity: modules that mirror torch (``MultiheadAttention``, ``EncoderLayer``,
-``Encoder``) take torch's masks (bool True = masked out / padding); the scoring-function modules
+``Encoder``, ``DecoderLayer``, ``Decoder``, ``Transformer``) take torch's masks (bool True = masked out / padding); the scoring-function modules
 (``AdditiveAttention``...) take the core's (bool True = may attend); ``BertModel`` takes Hugging
 Face's ``attention_mask`` (1 = real token).
 """
 
 from attnlab.nn.additive import AdditiveAttention, CosineAttention, GeneralAttention
 from attnlab.nn.bert import BertConfig, BertModel, BertOutput, load_default, mean_pool
+from attnlab.nn.decoder import Decoder, DecoderLayer, Transformer
 from attnlab.nn.efficient import LinformerProjection, PerformerAttention
 from attnlab.nn.graph import GATConv
-from attnlab.nn.multihead import MultiheadAttention
+from attnlab.nn.multihead import KVCache, MultiheadAttention
 from attnlab.nn.position import (
     LearnedPositionalEncoding,
     RotaryEmbedding,
@@ -28,6 +29,10 @@ __all__ = [
     "BertModel",
     "BertOutput",
     "CosineAttention",
+    "Decoder",
+    "DecoderLayer",
+    "KVCache",
+    "Transformer",
     "Encoder",
     "EncoderLayer",
     "EncoderLayerOutput",

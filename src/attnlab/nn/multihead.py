@@ -76,6 +76,32 @@ def _to_core_mask(attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor
     return bias
 
 
+class KVCache:
+    """The projected keys and values one attention layer has seen, for incremental decoding.
+
+    Each call of :meth:`MultiheadAttention.forward` with ``kv_cache=`` appends the new tokens'
+    keys and values ``(B, H_kv, n_new, D_h)`` and attends over all of them; with
+    ``is_causal=True`` the new queries are aligned bottom-right, so query t of the new block
+    sees every earlier token and the new ones up to itself, exactly as in the full forward.
+    """
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.k is not None and (self.k.shape[:2] != k.shape[:2]):
+            raise ValueError(f"kv_cache holds keys for batch and heads {tuple(self.k.shape[:2])}"
+                             f" but the new tokens have {tuple(k.shape[:2])}; use one cache "
+                             "per sequence batch")
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=-2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+
 def _pad_masks(attn_mask, key_padding_mask):
     """One key more (a bias or zero key): masks get a column that masks nothing, as torch."""
     pad = [None if m is None else F.pad(m, (0, 1)) for m in (attn_mask, key_padding_mask)]
@@ -221,10 +247,16 @@ class MultiheadAttention(nn.Module):
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
                 need_weights: bool = True, attn_mask: torch.Tensor | None = None,
-                average_attn_weights: bool = True, is_causal: bool = False):
+                average_attn_weights: bool = True, is_causal: bool | None = False,
+                kv_cache: KVCache | None = None):
         """Same arguments and returns as ``torch.nn.MultiheadAttention.forward``; key and value
         default to query (self-attention). ``is_causal=True`` applies attnlab's causal mask
-        (bottom-right aligned), ANDed with ``attn_mask`` if one is given.
+        (bottom-right aligned), ANDed with ``attn_mask`` if one is given; None (torch's
+        "detect it from the mask") adds none.
+
+        ``kv_cache``: a :class:`KVCache` for incremental decoding; the new keys and values are
+        appended to it and the queries attend over everything it holds (masks then cover all
+        of those keys: ``key_padding_mask (B, len(cache))``).
 
         Returns:
             ``(out, weights)``: ``out`` as the query's layout, ``weights`` or None.
@@ -246,10 +278,19 @@ class MultiheadAttention(nn.Module):
             value = key if same_kv else value.transpose(0, 1)
         self._check_inputs(query, key, value)
         bsz, n_q, _ = query.shape
-        n_k = key.shape[1]
+        n_k = key.shape[1] + (len(kv_cache) if kv_cache is not None else 0)
+        is_causal = bool(is_causal)
         attn_mask, is_causal = _causal_bias(attn_mask, is_causal, n_q, n_k)
+        if kv_cache is not None and (self.bias_k is not None or self.add_zero_attn):
+            raise ValueError("kv_cache cannot be combined with add_bias_kv or add_zero_attn "
+                             "(their extra key would be appended at every step)")
         q, k, v = self._project(query, key, value)                       # (B, N, E), (B, N, E_kv)
         h, h_kv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if kv_cache is not None:                     # earlier tokens' keys and values first
+            k_all, v_all = kv_cache.append(
+                k.view(bsz, -1, self.num_kv_heads, self.head_dim).transpose(1, 2),
+                v.view(bsz, -1, self.num_kv_heads, self.head_dim).transpose(1, 2))
+            k, v = (t.transpose(1, 2).reshape(bsz, n_k, -1) for t in (k_all, v_all))
         if self.bias_k is not None:                  # one learned key/value more, as torch
             k = torch.cat([k, self.bias_k.expand(bsz, 1, -1)], dim=1)       # (B, N_k + 1, E_kv)
             v = torch.cat([v, self.bias_v.expand(bsz, 1, -1)], dim=1)

@@ -66,6 +66,17 @@ class EncoderOutput:
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+def activation_of(act):
+    """An FFN activation as a converter passes it on, copying behaviour exactly: torch's two
+    string activations by name ("relu", "gelu"); anything else (GELU(approximate="tanh"),
+    SiLU, a user function) as the callable itself, never swapped for something close."""
+    if act is F.relu or act == "relu" or type(act) is nn.ReLU:
+        return "relu"
+    if act is F.gelu or act == "gelu" or (type(act) is nn.GELU and act.approximate == "none"):
+        return "gelu"
+    return copy.deepcopy(act) if isinstance(act, nn.Module) else act
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network: ``W_2 dropout(act(W_1 x + b_1)) + b_2``.
 
@@ -175,19 +186,10 @@ class EncoderLayer(nn.Module):
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got "
                             f"{type(layer).__name__}")
-        act = layer.activation
-        # A converter copies behaviour exactly: the two string activations map to their names;
-        # anything else (GELU(approximate="tanh"), a user function) is kept as the callable
-        # itself, never replaced by something close.
-        name = {F.relu: "relu", F.gelu: "gelu"}.get(act)
-        if isinstance(act, nn.ReLU) or (isinstance(act, nn.GELU) and act.approximate == "none"):
-            name = "relu" if isinstance(act, nn.ReLU) else "gelu"
-        elif isinstance(act, nn.Module):
-            act = copy.deepcopy(act)
         ref = layer.linear1.weight
         new = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads,
                   dim_feedforward=layer.linear1.out_features, dropout=layer.dropout.p,
-                  activation=name if name is not None else act,
+                  activation=activation_of(layer.activation),
                   layer_norm_eps=layer.norm1.eps, batch_first=layer.self_attn.batch_first,
                   norm_first=layer.norm_first, bias=layer.linear1.bias is not None,
                   backend=backend, device=ref.device, dtype=ref.dtype)
@@ -196,6 +198,20 @@ class EncoderLayer(nn.Module):
         new.load_state_dict(state)
         new.train(layer.training)
         return new
+
+    def to_torch(self) -> nn.TransformerEncoderLayer:
+        """A torch.nn.TransformerEncoderLayer with the same configuration and weights."""
+        ref = self.ff.linear1.weight
+        layer = nn.TransformerEncoderLayer(
+            self.self_attn.embed_dim, self.self_attn.num_heads,
+            dim_feedforward=self.ff.linear1.out_features, dropout=self.dropout1.p,
+            activation=activation_of(self.ff.activation), layer_norm_eps=self.norm1.eps,
+            batch_first=self.batch_first, norm_first=self.norm_first,
+            bias=self.ff.linear1.bias is not None, device=ref.device, dtype=ref.dtype)
+        layer.load_state_dict({(k[3:] if k.startswith("ff.") else k): v
+                               for k, v in self.state_dict().items()})
+        layer.train(self.training)
+        return layer
 
 
 class Encoder(nn.Module):
@@ -254,3 +270,11 @@ class Encoder(nn.Module):
         new = cls(layers[0], len(layers), norm=copy.deepcopy(encoder.norm))
         new.layers = nn.ModuleList(layers)
         return new
+
+    def to_torch(self) -> nn.TransformerEncoder:
+        """A torch.nn.TransformerEncoder with the same layers and weights."""
+        layers = [layer.to_torch() for layer in self.layers]
+        enc = nn.TransformerEncoder(layers[0], len(layers), norm=copy.deepcopy(self.norm),
+                                    enable_nested_tensor=False)
+        enc.layers = nn.ModuleList(layers)
+        return enc
