@@ -105,3 +105,114 @@ def test_segment_softmax_large_scores_and_empty_groups():
     p = segment_softmax(s, torch.tensor([0, 0, 2]), 4)
     torch.testing.assert_close(p[:, 0], torch.tensor([1 / (1 + torch.e ** -1),
                                                       1 - 1 / (1 + torch.e ** -1), 1.0]))
+
+
+def _pyg_copy(ours, theirs):
+    theirs.load_state_dict(ours.state_dict())           # same parameter names and shapes
+    return theirs
+
+
+def _compare(ours, theirs, *args, **kw):
+    out, (edges, alpha) = ours(*args, return_attention_weights=True, **kw)
+    ref, (ref_edges, ref_alpha) = theirs(*args, return_attention_weights=True, **kw)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    if torch.equal(edges, ref_edges):            # PyG's order (edge features, bipartite)
+        torch.testing.assert_close(alpha, ref_alpha, rtol=1e-12, atol=1e-12)
+    else:                                        # a set of unique edges, sorted by target
+        a, b = _alpha_by_edge(edges, alpha), _alpha_by_edge(ref_edges, ref_alpha)
+        assert a.keys() == b.keys() and len(a) == edges.shape[1]
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=1e-12, atol=1e-12)
+    g1 = torch.autograd.grad(out.square().sum(), list(ours.parameters()))
+    g2 = torch.autograd.grad(ref.square().sum(), [dict(theirs.named_parameters())[k]
+                                                  for k, _ in ours.named_parameters()])
+    for u, v in zip(g1, g2):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+
+
+FILLS = ["mean", "add", "max", 0.5, torch.tensor([1.0, -2.0, 0.0])]
+
+
+@pytest.mark.parametrize("fill_value", FILLS, ids=["mean", "add", "max", "float", "tensor"])
+@pytest.mark.parametrize("cls", ["GATConv", "GATv2Conv"])
+def test_edge_features_equal_pyg(cls, fill_value):
+    x, ei = _graph()
+    attr = torch.randn(ei.shape[1], 3, generator=torch.Generator().manual_seed(5),
+                       dtype=torch.float64)
+    fill = fill_value.double() if isinstance(fill_value, torch.Tensor) else fill_value
+    ours = getattr(__import__("attnlab.nn", fromlist=[cls]), cls)(
+        7, 5, heads=3, edge_dim=3, fill_value=fill).double()
+    theirs = _pyg_copy(ours, getattr(pyg, cls)(7, 5, heads=3, edge_dim=3,
+                                               fill_value=fill).double())
+    _compare(ours, theirs, x, ei, attr)
+
+
+@pytest.mark.parametrize("concat", [True, False])
+@pytest.mark.parametrize("cls", ["GATConv", "GATv2Conv"])
+def test_residual_and_bipartite_equal_pyg(cls, concat):
+    from attnlab import nn as anl
+
+    x, ei = _graph()
+    ours = getattr(anl, cls)(7, 4, heads=2, concat=concat, residual=True).double()
+    theirs = _pyg_copy(ours, getattr(pyg, cls)(7, 4, heads=2, concat=concat,
+                                               residual=True).double())
+    _compare(ours, theirs, x, ei)
+    # bipartite: 12 source nodes with 7 features -> 5 target nodes with 6 features
+    g = torch.Generator().manual_seed(1)
+    x_src, x_dst = x, torch.randn(5, 6, generator=g, dtype=torch.float64)
+    bi = torch.stack([torch.randint(0, 12, (20,), generator=g),
+                      torch.randint(0, 5, (20,), generator=g)])
+    for loops in (False, True):
+        ours = getattr(anl, cls)((7, 6), 4, heads=2, concat=concat, residual=True,
+                                 add_self_loops=loops).double()
+        theirs = _pyg_copy(ours, getattr(pyg, cls)((7, 6), 4, heads=2, concat=concat,
+                                                   residual=True,
+                                                   add_self_loops=loops).double())
+        # PyG's GATv2Conv takes no size= (ours does, as GATConv)
+        _compare(ours, theirs, (x_src, x_dst), bi, **({"size": (12, 5)}
+                                                      if cls == "GATConv" else {}))
+
+
+@pytest.mark.parametrize("share_weights", [False, True])
+def test_gatv2_equals_pyg(share_weights):
+    from attnlab.nn import GATv2Conv
+
+    x, ei = _graph()
+    for self_loops in (True, False):
+        ours = GATv2Conv(7, 5, heads=4, share_weights=share_weights,
+                         add_self_loops=self_loops).double()
+        with torch.no_grad():
+            ours.bias.normal_()
+            ours.lin_l.bias.normal_()
+        theirs = _pyg_copy(ours, pyg.GATv2Conv(7, 5, heads=4, share_weights=share_weights,
+                                               add_self_loops=self_loops).double())
+        out, ref = ours(x, ei), theirs(x, ei)
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_gatv2_attention_is_dynamic_where_gat_is_static():
+    # GAT's ranking of neighbours j is the same for every target i (a_src' z_j is shared);
+    # GATv2's can differ by target (Brody et al. 2022, theorem 1). Complete bipartite K(4, 3).
+    from attnlab.nn import GATv2Conv
+
+    torch.manual_seed(0)
+    x_src, x_dst = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64)
+    ei = torch.cartesian_prod(torch.arange(4), torch.arange(3)).T
+    rankings = {}
+    for name, conv in (("gat", GATConv((3, 3), 8, add_self_loops=False)),
+                       ("gatv2", GATv2Conv((3, 3), 8, add_self_loops=False))):
+        _, (edges, alpha) = conv.double()((x_src, x_dst), ei, return_attention_weights=True)
+        best = {int(i): int(edges[0][edges[1] == i][alpha[edges[1] == i, 0].argmax()])
+                for i in range(3)}
+        rankings[name] = set(best.values())
+    assert len(rankings["gat"]) == 1 and len(rankings["gatv2"]) > 1
+
+
+def test_bad_graph_inputs():
+    x, ei = _graph()
+    with pytest.raises(ValueError, match="built without edge_dim"):
+        GATConv(7, 5)(x, ei, torch.randn(ei.shape[1], 3))
+    with pytest.raises(ValueError, match="edge_attr must have shape"):
+        GATConv(7, 5, edge_dim=3)(x, ei, torch.randn(ei.shape[1], 4))
+    with pytest.raises(ValueError, match="5 target nodes"):
+        GATConv((7, 7), 5)((x, x[:5]), ei)

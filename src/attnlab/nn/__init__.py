@@ -10,7 +10,7 @@ from attnlab.nn.additive import AdditiveAttention, CosineAttention, GeneralAtten
 from attnlab.nn.bert import BertConfig, BertModel, BertOutput, load_default, mean_pool
 from attnlab.nn.decoder import Decoder, DecoderLayer, Transformer
 from attnlab.nn.efficient import LinformerProjection, PerformerAttention
-from attnlab.nn.graph import GATConv
+from attnlab.nn.graph import GATConv, GATv2Conv
 from attnlab.nn.multihead import KVCache, MultiheadAttention
 from attnlab.nn.position import (
     LearnedPositionalEncoding,
@@ -24,6 +24,7 @@ from attnlab.nn.transformer import Encoder, EncoderLayer, EncoderLayerOutput, En
 
 __all__ = [
     "GATConv",
+    "GATv2Conv",
     "AdditiveAttention",
     "BertConfig",
     "BertModel",
