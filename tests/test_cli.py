@@ -54,7 +54,7 @@ def test_console_script_exit_status_without_traceback():
 def test_backends_command_lists_capabilities(capsys):
     assert main(["backends"]) == 0
     out = capsys.readouterr().out
-    for name in ("reference", "sdpa", "tiled", "lse", "dropout"):
+    for name in ("reference", "sdpa", "tiled", "lse", "dropout", "softcap", "gqa", "score_mod"):
         assert name in out
 
 

@@ -63,20 +63,23 @@ def backends():
     from attnlab.core import list_backends
 
     table = Table(title="attention backends", title_justify="left")
-    for col in ("name", "kind", "returns", "dropout", "backward", "dtypes"):
+    for col in ("name", "kind", "returns", "also takes"):
         table.add_column(col, no_wrap=True)
     for name, b in list_backends().items():
         c = b.capabilities
         returns = " ".join(["out"] + ["weights"] * c.weights + ["lse"] * c.lse)
-        dtypes = "all" if len(c.dtypes) == 4 else " ".join(sorted(
-            str(t).replace("torch.", "").replace("float", "f") for t in c.dtypes))
-        table.add_row(name, "exact" if c.exact else "approx", returns,
-                      "yes" if c.dropout else "-", "yes" if c.backward else "-", dtypes)
+        takes = " ".join(f for f, on in (("dropout", c.dropout), ("softcap", c.softcap),
+                                         ("gqa", c.gqa), ("score_mod", c.score_mod)) if on)
+        table.add_row(name, "exact" if c.exact else "approx", returns, takes or "-")
     console.print(table)
     for name, b in list_backends().items():
+        c = b.capabilities
+        dtypes = "" if len(c.dtypes) == 4 else "; dtypes: " + " ".join(sorted(
+            str(t).replace("torch.", "") for t in c.dtypes))
         console.print(f"[bold]{name}[/bold]: {b.description}; masks: "
-                      f"{', '.join(sorted(b.capabilities.masks)) or 'none'}")
-    console.print("backend='auto' picks the fastest exact backend that can serve a request.")
+                      f"{', '.join(sorted(c.masks)) or 'none'}{dtypes}")
+    console.print("backend='auto' picks the fastest exact backend that can serve a request; "
+                  "every backend with a backward pass differentiates all it takes.")
 
 
 @app.command("inspect")
