@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(BIN)/attnlab inspect --out out/inspect
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py --markdown

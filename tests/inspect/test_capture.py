@@ -93,3 +93,39 @@ def test_gradient_weighted_on_a_tiny_model_with_a_known_answer():
     eye = torch.eye(5, dtype=torch.float64)
     assert torch.allclose(r[1:], eye[1:])                       # other rows: identity only
     assert (r[0] - eye[0]).abs().sum() > 0
+
+
+def test_maps_of_a_left_padded_batch_are_the_real_tokens():
+    from attnlab.nn import load_default
+
+    model, tok = load_default()
+    batch = tok(["A short one.", "A much longer sentence than the first one."],
+                return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    n = int(mask[0].sum())
+    left_ids = torch.cat([ids[0, n:], ids[0, :n]])               # the same text, left-padded
+    left_mask = torch.cat([mask[0, n:], mask[0, :n]])
+    with torch.no_grad(), record(model) as left:
+        model(left_ids[None], left_mask[None])
+    got = left.maps(0, attention_mask=left_mask[None])
+    real = left_mask.bool().nonzero().flatten()                  # the last n positions
+    assert got.shape == (6, 12, n, n)
+    assert torch.allclose(got.sum(-1), torch.ones_like(got.sum(-1)), atol=1e-5)  # real rows
+    assert torch.equal(got[2], left.raw[2][0][:, real][:, :, real].double())
+    top_left = left.maps(0, length=n)                            # the old reading: padding rows
+    assert not torch.allclose(top_left.sum(-1), torch.ones_like(top_left.sum(-1)), atol=1e-3)
+
+
+def test_gradient_relevance_of_a_pair_uses_its_token_types():
+    from attnlab.inspect.attribution import bert_gradient_attention
+    from attnlab.nn import load_default
+
+    model, tok = load_default()
+    b = tok(["The cat sat."], ["A dog slept."], return_tensors="pt")
+    with_types = bert_gradient_attention(model, b["input_ids"], b["attention_mask"],
+                                         token_type_ids=b["token_type_ids"])
+    without = bert_gradient_attention(model, b["input_ids"], b["attention_mask"])
+    assert not torch.allclose(with_types, without)             # they change every map
+    sim = bert_gradient_attention(model, b["input_ids"], b["attention_mask"], "similarity",
+                                  b["token_type_ids"])
+    assert sim.shape == with_types.shape and not torch.allclose(sim, with_types)

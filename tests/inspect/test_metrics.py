@@ -144,3 +144,23 @@ def test_gradient_weighted_known_answer():
     expected = torch.eye(2, dtype=torch.float64) + torch.tensor([[0.5, 0.0], [0.0, 2.0]],
                                                                 dtype=torch.float64)
     assert torch.allclose(r, expected)
+
+
+def test_a_50_50_split_between_previous_and_next_token_is_neither():
+    from attnlab.inspect.metrics import offset_argmax
+
+    n = 6
+    a = torch.zeros(1, 1, n, n, dtype=torch.float64)
+    for i in range(n):
+        nb = [j for j in (i - 1, i + 1) if 0 <= j < n]
+        a[0, 0, i, nb] = 1.0 / len(nb)
+    prev, nxt = offset_argmax(a, -1), offset_argmax(a, 1)
+    # only the edge rows (one neighbour) have a single argmax
+    assert float(prev) == pytest.approx(1 / 5) and float(nxt) == pytest.approx(1 / 5)
+
+
+def test_punctuation_mass_counts_period_and_comma_as_clark_et_al():
+    from attnlab.inspect.metrics import is_period_or_comma
+
+    assert is_period_or_comma(".") and is_period_or_comma(",")
+    assert not is_period_or_comma("!") and not is_period_or_comma("?") and not is_period_or_comma("-")

@@ -9,14 +9,18 @@ import pytest
 
 from attnlab.cli import main
 
+# One worker builds the report fixture (make test runs xdist with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("inspect-report")
+
 EVIL = 'He said <script>alert("x")</script> & left.'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("inspect")
-    assert main(["inspect", EVIL, "--pair", "It was <b>bold</b>.", "--out", str(out)]) == 0
+    assert main(["inspect", EVIL, "--pair", "Tokenization <b>bold</b>.", "--out", str(out),
+                 "--figures", "--target", "similarity"]) == 0
     return out
 
 
@@ -28,6 +32,11 @@ def test_figures_in_png_and_svg(report):
     assert not list(report.glob(".*"))                       # nothing half-written left over
 
 
+def test_without_figures_only_the_report(tmp_path):
+    assert main(["inspect", "Short text.", "--out", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
 def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
     page = (report / "report.html").read_text()
     assert "<script>alert" not in page
@@ -35,7 +44,7 @@ def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
     island = page.split('<script type="application/json" id="data">')[1].split("</script>")[0]
     assert "<" not in island
     data = json.loads(island)
-    assert data["layers"] == 6 and data["heads"] == 12 and "[SEP]" in data["tokens"]
+    assert data["layers"] == 6 and data["heads"] == 12 and "[SEP]" in data["texts"][0]["tokens"]
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
 
 
@@ -58,13 +67,47 @@ def test_report_in_headless_chromium(report, tmp_path):
         page.on("request", lambda r: requests.append(r.url))
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(url)
-        page.wait_for_selector("button.head canvas")
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
         assert page.locator("button.head").count() == 72
         page.click("button.head[data-layer='3'][data-head='7']")
         assert page.text_content("#detail-title").startswith("Layer 3, head 7")
-        n = len(json.loads(page.text_content("#data"))["tokens"])
-        assert page.locator("#detail-svg rect").count() == n * n
+        data = json.loads(page.text_content("#data"))
+        n = len(data["texts"][0]["tokens"])
+        assert page.eval_on_selector("#map-canvas", "c => [c.width, c.height]") == [n, n]
         assert page.locator("#detail-metrics tr").count() >= 9
+        # hovering the map shows the value under the cursor
+        page.locator("#map-canvas").scroll_into_view_if_needed()
+        box = page.locator("#map-canvas").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.25)
+        assert "\u2192" in page.text_content("#map-value")
+        # head view: hovering a query token redraws the lines for that token only
+        page.select_option("#hv-layer", "2")
+        before = page.eval_on_selector("#hv-canvas", "c => c.toDataURL()")
+        page.locator("#hv").scroll_into_view_if_needed()
+        page.hover("#hv-q .tok[data-index='4']")
+        assert page.get_attribute("#hv", "data-lines") == "q4"
+        assert page.eval_on_selector("#hv-canvas", "c => c.toDataURL()") != before
+        page.hover("#hv-k .tok[data-index='2']")
+        assert page.get_attribute("#hv", "data-lines") == "k2"
+        page.check("#hv-heads input[data-head='5']")                # a second head
+        assert page.locator("#hv-heads input:checked").count() == 2
+        # word level: word pieces merged, fewer rows
+        page.check("#words")
+        words = page.locator("#hv-q .tok").count()
+        assert 0 < words < n
+        page.uncheck("#words")
+        # pair: sentence A -> B is a block of the map
+        page.select_option("#pair", "ab")
+        w, h = page.eval_on_selector("#map-canvas", "c => [c.width, c.height]")
+        assert w < n and h < n and w + h == n
+        page.select_option("#pair", "all")
+        # attribution: the layer slider changes the rollout map
+        page.select_option("#attr-kind", "rollout")
+        first = page.eval_on_selector("#attr-canvas", "c => c.toDataURL()")
+        page.fill("#attr-layer", "0")
+        page.dispatch_event("#attr-layer", "input")
+        assert page.text_content("#attr-layer-label") == "after layer 0"
+        assert page.eval_on_selector("#attr-canvas", "c => c.toDataURL()") != first
         settings = page.inner_text("#settings")
         assert '<script>alert("x")</script>' in settings           # shown as text
         shot = tmp_path / "report.png"
@@ -85,3 +128,37 @@ def test_corpus_mode_and_usage_errors(tmp_path, capsys):
     assert main(["inspect", "--file", str(tmp_path / "missing.txt")]) == 2
     assert "cannot read it" in capsys.readouterr().err
     assert main(["inspect", "x", "--model", str(tmp_path)]) == 2
+
+
+def test_length_limit_is_an_error_or_an_explicit_cut(tmp_path, capsys):
+    long_text = " ".join(["word"] * 600)                        # 602 tokens with [CLS], [SEP]
+    assert main(["inspect", long_text, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "602 tokens, more than the 512 positions" in err and "--truncate" in err
+    assert "Traceback" not in err
+    assert main(["inspect", long_text, "--truncate", "--no-flow", "--out", str(tmp_path / "b")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "text 1 was cut from 602 to 512 tokens" in out
+    page = (tmp_path / "b" / "report.html").read_text()
+    assert "cut from 602 to 512 tokens" in page
+
+
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
+                    reason="needs Debian's chromium (apt-get install chromium); .ci/run installs it")
+def test_corpus_report_has_a_text_selector(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    corpus = tmp_path / "texts.txt"
+    corpus.write_text("The first sentence.\nA second, longer one about cats.\nThird!\n")
+    assert main(["inspect", "--file", str(corpus), "--out", str(tmp_path)]) == 0
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox",
+                                                                    "--disable-gpu"])
+        page = browser.new_page()
+        page.goto((tmp_path / "report.html").resolve().as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        assert page.locator("#text option").count() == 3
+        n0 = page.locator("#hv-q .tok").count()
+        page.select_option("#text", "1")
+        assert page.locator("#hv-q .tok").count() != n0         # the second text's tokens
+        browser.close()

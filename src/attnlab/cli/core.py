@@ -89,15 +89,26 @@ def inspect_cmd(
                                         "(a tab separates the two sentences of a pair)."),
     model: str = typer.Option("default", help="'default' (embedded all-MiniLM-L6-v2) or a local "
                               "BERT folder."),
-    out: Path = typer.Option(Path("out/inspect"), help="Folder for the report and figures."),
+    out: Path = typer.Option(Path("out/inspect"), help="Folder for the report (and figures)."),
     pair: Optional[str] = typer.Option(None, help="Second sentence of a pair (for TEXT)."),
+    truncate: bool = typer.Option(False, "--truncate", help="Cut texts longer than the model's "
+                                  "positions (512) instead of stopping; said in the report."),
+    figures: bool = typer.Option(False, "--figures", help="Also write PNG and SVG figures."),
+    target: str = typer.Option("norm", help="What gradient relevance explains: norm (of the "
+                               "pooled embedding) or similarity (of a pair's two sentences)."),
+    start_layer: int = typer.Option(0, help="First layer of rollout, flow and gradient "
+                                    "relevance."),
+    position: int = typer.Option(0, help="Output position whose attention flow is computed at "
+                                 "any length (0 = [CLS])."),
+    flow: Optional[bool] = typer.Option(None, "--flow/--no-flow", help="Attention flow into "
+                                        "--position at any length (about 50 s at 512 tokens); "
+                                        "default: up to 128 tokens."),
 ):
     """Capture, measure and label every attention head; write an offline HTML report."""
     from rich.progress import Progress
 
-    from attnlab.plots.inspect import write_figures
     from attnlab.inspect.report import write_report
-    from attnlab.inspect.run import DEFAULT_TEXT, inspect_texts
+    from attnlab.inspect.run import DEFAULT_TEXT, TextTooLong, inspect_texts
 
     if file is not None:
         if text is not None or pair is not None:
@@ -111,25 +122,42 @@ def inspect_cmd(
         texts = [tuple(ln.split("\t", 1)) if "\t" in ln else (ln, None) for ln in lines]
     else:
         texts = [(text or DEFAULT_TEXT, pair)]
+    if target == "similarity" and texts[0][1] is None:
+        raise UsageError("--target similarity explains a pair: give --pair (or a tab in the "
+                         "first line of --file)")
     try:
         with Progress(console=console, transient=True, disable=len(texts) < 2) as progress:
             task = progress.add_task("inspecting texts", total=len(texts))
             ins = inspect_texts(texts, model=model,
-                                progress=lambda i: progress.update(task, completed=i))
+                                progress=lambda i: progress.update(task, completed=i),
+                                truncate=truncate, target=target, start_layer=start_layer,
+                                position=position, flow_mode=flow)
+    except TextTooLong as exc:
+        raise UsageError(f"text {exc.index + 1} has {exc.tokens} tokens, more than the "
+                         f"{exc.limit} positions of the model; shorten it or pass --truncate "
+                         f"to cut it to {exc.limit}") from None
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
-    figs = write_figures(ins, out)
     settings = {"model": ins.model, "texts": len(texts), "first text": texts[0][0],
                 "pair": texts[0][1] or "-", "tokens (first text)": len(ins.tokens),
-                "layers x heads": f"{ins.layers} x {ins.heads}"}
-    report = write_report(ins, figs, out / "report.html", settings)
+                "layers x heads": f"{ins.layers} x {ins.heads}",
+                "gradient target": target, "start layer": start_layer,
+                "flow position": f"{position} ({ins.tokens[position]})",
+                "truncate": "yes" if truncate else "no"}
+    report = write_report(ins, out / "report.html", settings)
     counts = ", ".join(f"{k}: {v}" for k, v in ins.taxonomy.counts().items() if v)
     console.print(f"{ins.layers} layers x {ins.heads} heads on {len(texts)} text(s); {counts}")
     console.print(f"JS distance between heads: same layer {ins.layer_summary['same_layer']:.3f}, "
                   f"across layers {ins.layer_summary['cross_layer']:.3f}")
     for note in ins.notes:
         console.print(note)
-    console.print(f"report: {report}  (figures in {out}/, PNG and SVG)")
+    if figures:
+        from attnlab.plots.inspect import write_figures
+
+        write_figures(ins, out)
+        console.print(f"report: {report}  (figures in {out}/, PNG and SVG)")
+    else:
+        console.print(f"report: {report}  (--figures also writes PNG and SVG)")
 
 
 @app.command()

@@ -19,13 +19,19 @@ def _with_residual(a: torch.Tensor, residual: float) -> torch.Tensor:
     return mixed / mixed.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
-def rollout(maps: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema 2020): ``R = Â_L ⋯ Â_1`` with
-    ``Â_l = 0.5·mean_h A_l + 0.5·I`` (rows renormalized)."""
+def rollout(maps: torch.Tensor, residual: float = 0.5, start_layer: int = 0,
+            per_layer: bool = False) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020): ``R = Â_L ⋯ Â_s`` with
+    ``Â_l = 0.5·mean_h A_l + 0.5·I`` (rows renormalized), from ``start_layer`` s on.
+
+    With ``per_layer``, ``(L, n, n)``: the rollout up to each layer (identity before s)."""
     r = torch.eye(maps.shape[-1], dtype=maps.dtype)
-    for layer in maps:
-        r = _with_residual(layer.mean(0), residual) @ r
-    return r
+    steps = []
+    for i, layer in enumerate(maps):
+        if i >= start_layer:
+            r = _with_residual(layer.mean(0), residual) @ r
+        steps.append(r)
+    return torch.stack(steps) if per_layer else r
 
 
 FLOW_SCALE = 2 ** 20     # capacities become integers in units of 2^-20 (scipy's max-flow)
@@ -95,7 +101,8 @@ def flow(maps: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
     return out / out.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
-def gradient_weighted(maps: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
+def gradient_weighted(maps: list[torch.Tensor], grads: list[torch.Tensor], start_layer: int = 0,
+                      per_layer: bool = False) -> torch.Tensor:
     """Gradient-weighted attention relevance (Chefer, Gur & Wolf 2021, "Generic
     attention-model explainability", rule for self-attention)::
 
@@ -106,28 +113,52 @@ def gradient_weighted(maps: list[torch.Tensor], grads: list[torch.Tensor]) -> to
     """
     n = maps[0].shape[-1]
     r = torch.eye(n, dtype=torch.float64)
-    for a, g in zip(maps, grads):
-        a_bar = (g.double() * a.double()).clamp_min(0).mean(0)           # (n, n)
-        r = r + a_bar @ r
-    return r
+    steps = []
+    for i, (a, g) in enumerate(zip(maps, grads)):
+        if i >= start_layer:
+            a_bar = (g.double() * a.double()).clamp_min(0).mean(0)       # (n, n)
+            r = r + a_bar @ r
+        steps.append(r)
+    return torch.stack(steps) if per_layer else r
+
+
+TARGETS = ("norm", "similarity")
 
 
 def bert_gradient_attention(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                            target=None) -> torch.Tensor:
+                            target=None, token_type_ids: torch.Tensor | None = None,
+                            start_layer: int = 0, per_layer: bool = False) -> torch.Tensor:
     """Gradient-weighted relevance for attnlab's :class:`~attnlab.nn.BertModel` on one
-    sequence. ``target(output, attention_mask) -> scalar`` defaults to the norm of the
-    mean-pooled sentence embedding."""
+    sequence (a sentence pair needs its ``token_type_ids``: they change every map).
+
+    ``target``: ``"norm"`` (default) of the mean-pooled sentence embedding; ``"similarity"``,
+    for a pair, the cosine similarity of the two sentences' mean-pooled embeddings (which tokens
+    make the two sentences similar); or a function ``target(output, attention_mask) -> scalar``.
+    """
     from attnlab.inspect.capture import record
     from attnlab.nn.bert import mean_pool
 
-    if target is None:
+    if target is None or target == "norm":
         def target(out, mask):
             return mean_pool(out.last_hidden_state, mask).norm()
+    elif target == "similarity":
+        if token_type_ids is None or not bool((token_type_ids == 1).any()):
+            raise ValueError("target='similarity' needs a sentence pair (token_type_ids with "
+                             "both segments); use target='norm' for one text")
+        segs = token_type_ids
+
+        def target(out, mask):
+            h = out.last_hidden_state
+            a = mean_pool(h, mask * (segs == 0))
+            b = mean_pool(h, mask * (segs == 1))
+            return torch.nn.functional.cosine_similarity(a, b).sum()
+    elif not callable(target):
+        raise ValueError(f"target must be one of {TARGETS} or a function, got {target!r}")
 
     with torch.enable_grad(), record(model) as rec:
-        out = model(input_ids, attention_mask)
+        out = model(input_ids, attention_mask, token_type_ids)
         value = target(out, attention_mask)
         grads = torch.autograd.grad(value, rec.raw)
     n = int(attention_mask[0].sum())
     return gradient_weighted([w[0, :, :n, :n].detach() for w in rec.raw],
-                             [g[0, :, :n, :n] for g in grads])
+                             [g[0, :, :n, :n] for g in grads], start_layer, per_layer)

@@ -53,11 +53,27 @@ class Recording:
     def __len__(self) -> int:
         return len(self.raw)
 
-    def maps(self, index: int = 0, length: int | None = None) -> torch.Tensor:
-        """``(layers, heads, n, n)`` of sequence ``index`` of the batch, cut to its own
-        ``length`` (padding excluded), detached, float64."""
+    def maps(self, index: int = 0, length: int | None = None,
+             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``(layers, heads, n, n)`` of sequence ``index`` of the batch, padding excluded,
+        detached, float64.
+
+        Args:
+            length: its number of real tokens when they come first (right padding).
+            attention_mask: ``(B, N)`` or ``(N,)`` with 1 at real tokens (Hugging Face's
+                polarity): picks the real positions wherever they are, so a left-padded batch
+                (the usual padding of decoder models) gives real rows, not padding.
+        """
         if not self.raw:
             raise RuntimeError("no attention maps were recorded")
+        if attention_mask is not None:
+            m = attention_mask[index] if attention_mask.dim() == 2 else attention_mask
+            real = m.bool().nonzero().flatten().to(self.raw[0].device)
+            if length is not None and length != real.numel():
+                raise ValueError(f"length={length} but attention_mask marks {real.numel()} "
+                                 "real tokens; give one of them")
+            return torch.stack([w[index][:, real][:, :, real].detach().double()
+                                for w in self.raw])
         n = self.raw[0].shape[-1] if length is None else length
         return torch.stack([w[index, :, :n, :n].detach().double() for w in self.raw])
 

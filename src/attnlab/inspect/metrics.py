@@ -15,14 +15,20 @@ import torch
 METRIC_TITLES = {
     "entropy_ratio": "entropy / ln n", "confidence": "confidence (mean max weight)",
     "prev": "previous-token mass", "next": "next-token mass", "self": "self mass",
-    "cls": "[CLS] mass", "sep": "[SEP] mass", "punct": "punctuation mass",
+    "cls": "[CLS] mass", "sep": "[SEP] mass", "punct": "'.' and ',' mass",
     "first": "first-token (sink) mass", "within_segment": "within-sentence mass",
 }
 
 
 def is_punctuation(token: str) -> bool:
+    """Any punctuation token (for word-piece merging and display)."""
     t = token.removeprefix("##").removeprefix("▁").removeprefix("Ġ")
     return bool(t) and all(ch in string.punctuation for ch in t)
+
+
+def is_period_or_comma(token: str) -> bool:
+    """"." or "," -- the punctuation Clark et al. (2019, section 3) measure attention to."""
+    return token.removeprefix("▁").removeprefix("Ġ") in (".", ",")
 
 
 def entropy(maps: torch.Tensor, eps: float = 1e-8) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,15 +58,19 @@ def offset_mass(maps: torch.Tensor, offset: int) -> torch.Tensor:
 
 
 def offset_argmax(maps: torch.Tensor, offset: int) -> torch.Tensor:
-    """Fraction of queries whose largest weight is on ``query + offset`` (Voita et al. 2019
-    call a head positional when this is at least 90%)."""
+    """Fraction of queries whose largest weight is on ``query + offset`` alone (Voita et al.
+    2019 call a head positional when this is at least 90%). A query whose largest weight is
+    shared by several keys (a 50/50 split between the previous and the next token) has no
+    single argmax and counts for none of them, instead of for whichever comes first."""
     n = maps.shape[-1]
     idx = torch.arange(n)
     target = idx + offset
     valid = (target >= 0) & (target < n)
     if not valid.any():
         return torch.zeros(maps.shape[:2], dtype=maps.dtype)
-    hit = maps.argmax(-1) == target.clamp(0, n - 1)                  # (L, H, n)
+    top = maps.amax(-1, keepdim=True)                                # (L, H, n, 1)
+    unique = (maps == top).sum(-1) == 1                              # one key holds the max
+    hit = (maps.argmax(-1) == target.clamp(0, n - 1)) & unique       # (L, H, n)
     return hit[..., valid].to(maps.dtype).mean(-1)
 
 
@@ -108,7 +118,7 @@ def head_metrics(maps: torch.Tensor, tokens: list[str],
     ent, ratio = entropy(maps)
     is_cls = torch.tensor([t in ("[CLS]", "<s>", "<cls>") for t in tokens])
     is_sep = torch.tensor([t in ("[SEP]", "</s>", "<sep>") for t in tokens])
-    is_punct = torch.tensor([is_punctuation(t) for t in tokens])
+    is_punct = torch.tensor([is_period_or_comma(t) for t in tokens])       # as Clark et al.
     first = torch.zeros(n, dtype=torch.bool)
     first[0] = True
     within = None
@@ -131,17 +141,24 @@ def js_distances(maps: torch.Tensor) -> torch.Tensor:
     averaged over the queries, then its square root (a metric). Clark et al. (2019, section 6)
     compare heads the same way to show that heads in the same layer behave alike.
     """
-    p = maps.double().flatten(0, 1)                                   # (LH, n, n)
+    # JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2 (entropies in bits), for each pair once:
+    # a third of the work of the two KL terms over both triangles. Long texts in float32.
+    n = maps.shape[-1]
+    dtype = torch.float64 if n <= 64 else torch.float32
+    p = maps.to(dtype).flatten(0, 1)                                  # (LH, n, n)
     eps = 1e-12
-    logp = (p + eps).log2()
+
+    def entropy_bits(x):
+        return -(x * (x + eps).log2()).sum(-1)                        # (..., n)
+
+    h = entropy_bits(p)                                               # (LH, n)
     out = torch.zeros(p.shape[0], p.shape[0], dtype=torch.float64)
-    for g in range(p.shape[0]):
-        m = 0.5 * (p[g][None] + p)                                    # (LH, n, n)
-        logm = (m + eps).log2()
-        kl_g = (p[g][None] * (logp[g][None] - logm)).sum(-1)          # (LH, n)
-        kl_h = (p * (logp - logm)).sum(-1)
-        out[g] = (0.5 * (kl_g + kl_h)).mean(-1)
-    return (0.5 * (out + out.T)).clamp_min(0).sqrt()
+    for g in range(p.shape[0] - 1):
+        m = 0.5 * (p[g][None] + p[g + 1:])                            # (LH - g - 1, n, n)
+        js = entropy_bits(m) - 0.5 * (h[g][None] + h[g + 1:])         # (LH - g - 1, n)
+        out[g, g + 1:] = js.mean(-1).double()
+    out = out + out.T
+    return out.clamp_min(0).sqrt()
 
 
 def layer_distance_summary(dist: torch.Tensor, heads: int) -> dict[str, float]:

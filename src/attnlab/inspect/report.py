@@ -1,83 +1,55 @@
-"""The offline HTML report: one self-contained file, no network.
+"""The offline HTML report: one self-contained file that draws itself, no network.
 
-Figures are inlined as data URIs; the maps, metrics and labels travel as a JSON island that a
-small vanilla script draws (the model-wide grid as canvases, the clicked head as an SVG with its
-tokens). A Content-Security-Policy forbids every request the page could make. All user text is
-escaped: in HTML with :func:`html.escape`, in the JSON island with ``<`` written as ``\\u003c``,
-and the script only ever inserts text with ``textContent``.
+Every text's maps travel in the page as bytes (one per weight, scaled by the map's largest
+weight), gzip-compressed and base64-encoded; the small metadata (tokens, labels, metrics) as a
+JSON island. The script in :mod:`attnlab.inspect.report_js` decompresses them with the
+browser's ``DecompressionStream`` and draws the model view, a bertviz-style head view, the
+heatmap of any head with the value under the cursor, rollout / gradient relevance per layer,
+attention flow, the head map and the metric grids. A Content-Security-Policy forbids every
+request the page could make. All user text is escaped: in HTML with :func:`html.escape`, in the
+JSON island with ``<`` written as ``\\u003c``, and the script only ever inserts text with
+``textContent``.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import html
 import json
 from pathlib import Path
 
+import torch
+
 from attnlab import __version__
 from attnlab._files import write_text_atomic
 from attnlab.inspect.metrics import METRIC_TITLES, HeadMetrics
+from attnlab.inspect.report_js import SCRIPT
 from attnlab.inspect.run import Inspection
-from attnlab.inspect.taxonomy import LABELS
-
+from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1300px}
-h1{margin-bottom:4px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{margin-bottom:4px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;padding:3px 7px;text-align:left}
+.controls{display:flex;gap:18px;flex-wrap:wrap;align-items:center;background:#f6f6f6;padding:8px 12px;border-radius:6px}
 #grid{display:grid;gap:3px;align-items:center;justify-items:center}
-#grid .lab{font-size:12px;color:#555} button.head{padding:0;border:2px solid transparent;background:none;cursor:pointer}
-button.head.sel{border-color:#d62728} button.head canvas{display:block;width:56px;height:56px;image-rendering:pixelated}
-#detail{display:flex;gap:24px;flex-wrap:wrap;align-items:flex-start} #detail svg text{font-size:11px}
-.figs img{max-width:100%;border:1px solid #eee;margin:6px 0} .note{color:#8a5300}
-.tag{display:inline-block;padding:1px 6px;border-radius:8px;color:#fff;font-size:12px}
+#grid .lab{font-size:12px;color:#555}
+button.head{padding:0;border:3px solid transparent;background:none;cursor:pointer}
+button.head.sel{outline:3px solid #000} button.head canvas{display:block;width:56px;height:56px;image-rendering:pixelated}
+#hv{display:flex;gap:0;align-items:flex-start} #hv .col{width:150px;overflow:hidden}
+#hv-q .tok{text-align:right;padding-right:6px} #hv-k .tok{padding-left:6px}
+.tok{white-space:nowrap;cursor:default;font-family:ui-monospace,monospace} .tok.on{background:#ffe08a}
+#hv-heads label{margin-right:8px;font-size:12px} .sw{display:inline-block;width:10px;height:10px;margin:0 3px;border-radius:2px}
+.panel{display:flex;gap:16px;align-items:flex-start;flex-wrap:wrap}
+canvas.heat{image-rendering:pixelated;border:1px solid #ccc}
+.rowlabels{display:flex;flex-direction:column;justify-content:space-around;font-size:10px;text-align:right;font-family:ui-monospace,monospace}
+.bar{font-size:12px} .bar canvas{width:200px;height:12px;vertical-align:middle;margin:0 4px}
+.value{font-family:ui-monospace,monospace;font-size:12px;min-height:1.4em}
+.note{color:#8a5300} .tag{display:inline-block;padding:1px 6px;border-radius:8px;color:#fff;font-size:12px;margin:2px}
+table.mg{display:inline-table;margin:6px 10px 6px 0} table.mg td{padding:1px 3px;font-size:10px;text-align:center}
+table.mg caption{font-size:12px;text-align:left}
 """
-
-SCRIPT = r"""
-(function(){
-const D = JSON.parse(document.getElementById('data').textContent);
-const V = [[68,1,84],[59,82,139],[33,145,140],[94,201,98],[253,231,37]];
-function color(x){x=Math.max(0,Math.min(1,x));const p=x*(V.length-1),i=Math.min(Math.floor(p),V.length-2),f=p-i;
- const c=V[i].map((v,k)=>Math.round(v+(V[i+1][k]-v)*f));return 'rgb('+c.join(',')+')';}
-const grid=document.getElementById('grid');
-grid.style.gridTemplateColumns='40px repeat('+D.heads+', 60px)';
-grid.appendChild(document.createElement('div'));
-for(let h=0;h<D.heads;h++){const d=document.createElement('div');d.className='lab';d.textContent='H'+h;grid.appendChild(d);}
-for(let l=0;l<D.layers;l++){
- const lab=document.createElement('div');lab.className='lab';lab.textContent='L'+l;grid.appendChild(lab);
- for(let h=0;h<D.heads;h++){
-  const b=document.createElement('button');b.className='head';b.dataset.layer=l;b.dataset.head=h;
-  b.title='layer '+l+', head '+h+': '+D.labels[l][h];
-  const c=document.createElement('canvas');const n=D.tokens.length;c.width=n;c.height=n;
-  const ctx=c.getContext('2d');const m=D.maps[l][h];
-  for(let i=0;i<n;i++)for(let j=0;j<n;j++){ctx.fillStyle=color(m[i][j]);ctx.fillRect(j,i,1,1);}
-  b.appendChild(c);b.addEventListener('click',()=>show(l,h));grid.appendChild(b);}}
-const NS='http://www.w3.org/2000/svg';
-function el(tag,attrs){const e=document.createElementNS(NS,tag);for(const k in attrs)e.setAttribute(k,attrs[k]);return e;}
-function show(l,h){
- document.querySelectorAll('button.head').forEach(b=>b.classList.toggle('sel',+b.dataset.layer===l&&+b.dataset.head===h));
- document.getElementById('detail-title').textContent='Layer '+l+', head '+h+' \u2014 '+D.labels[l][h];
- const n=D.tokens.length,cell=Math.max(10,Math.min(28,Math.floor(520/n))),pad=90;
- const svg=el('svg',{width:pad+n*cell+10,height:pad+n*cell+10,id:'detail-svg'});
- const m=D.maps[l][h];
- for(let i=0;i<n;i++){
-  const ty=el('text',{x:pad-4,y:pad+i*cell+cell*0.7,'text-anchor':'end'});ty.textContent=D.tokens[i];svg.appendChild(ty);
-  const tx=el('text',{x:0,y:0,transform:'translate('+(pad+i*cell+cell*0.7)+','+(pad-4)+') rotate(-60)'});tx.textContent=D.tokens[i];svg.appendChild(tx);
-  for(let j=0;j<n;j++){const r=el('rect',{x:pad+j*cell,y:pad+i*cell,width:cell,height:cell,fill:color(m[i][j])});
-   const t=el('title',{});t.textContent=D.tokens[i]+' \u2192 '+D.tokens[j]+': '+m[i][j].toFixed(3);r.appendChild(t);svg.appendChild(r);}}
- const box=document.getElementById('detail-map');box.replaceChildren(svg);
- const tb=document.getElementById('detail-metrics');tb.replaceChildren();
- for(const k of Object.keys(D.metrics)){const tr=document.createElement('tr');const a=document.createElement('th');a.textContent=D.metric_titles[k]||k;
-  const b=document.createElement('td');b.textContent=D.metrics[k][l][h].toFixed(3);tr.append(a,b);tb.appendChild(tr);}
-}
-show(0,0);
-})();
-"""
-
-
-def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
 def _json_island(obj) -> str:
@@ -94,22 +66,76 @@ def _metric_dict(m: HeadMetrics) -> dict[str, list]:
     return out
 
 
-def write_report(ins: Inspection, figures: dict[str, Path], path: Path,
-                 settings: dict[str, str]) -> Path:
+class _Packer:
+    """Matrices as bytes: each scaled by its own largest value to 0..255 (so a head whose
+    largest weight is 0.2 uses the whole range), appended to one buffer."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, mats: torch.Tensor) -> tuple[int, list[float]]:
+        """``mats (k, n, n)`` -> (offset, per-matrix scales)."""
+        mats = mats.float().clamp_min(0)
+        flat = mats.reshape(mats.shape[0], -1)
+        scales = flat.amax(-1).clamp_min(1e-12)                          # (k,)
+        q = torch.round(flat / scales[:, None] * 255).to(torch.uint8)
+        offset = self.size
+        data = q.numpy().tobytes()
+        self.parts.append(data)
+        self.size += len(data)
+        return offset, [float(s) for s in scales]
+
+
+def report_data(ins: Inspection) -> tuple[dict, str]:
+    """The JSON metadata and the base64 blob of the report."""
+    packer = _Packer()
+    texts = []
+    captures = ins.captures or []
+    for c in captures:
+        L, H, n, _ = c.maps.shape
+        offset, scales = packer.add(c.maps.reshape(L * H, n, n))
+        label = c.text if c.pair is None else f"{c.text} | {c.pair}"
+        texts.append({"label": label[:120], "tokens": c.tokens, "offset": offset,
+                      "scales": scales,
+                      "segments": None if c.segments is None else c.segments.tolist()})
+    first = {}
+    eye = torch.eye(len(ins.tokens), dtype=torch.float64)
+    for kind, mats in (("rollout", ins.rollout_layers),
+                       ("gradient", None if ins.gradient_layers is None
+                        else ins.gradient_layers - eye)):
+        if mats is not None:
+            offset, scales = packer.add(mats)
+            first[kind] = {"offset": offset, "scales": scales, "per_layer": True}
+    if ins.flow is not None:
+        offset, scales = packer.add(ins.flow[None])
+        first["flow"] = {"offset": offset, "scales": scales, "per_layer": False}
+    if ins.flow_from is not None:
+        first["flow_from"] = {"values": [round(float(x), 6) for x in ins.flow_from],
+                              "position": ins.flow_position}
+    raw = b"".join(packer.parts)
+    packed = gzip.compress(raw, compresslevel=6, mtime=0)
+    use_gzip = len(packed) < 0.9 * len(raw)
+    blob = base64.b64encode(packed if use_gzip else raw).decode("ascii")
+    data = {"layers": ins.layers, "heads": ins.heads, "texts": texts, "first": first,
+            "labels": ins.taxonomy.labels, "metrics": _metric_dict(ins.metrics),
+            "metric_titles": METRIC_TITLES, "label_colors": LABEL_COLORS,
+            "xy": [[round(float(a), 4), round(float(b), 4)] for a, b in ins.xy],
+            "gzip": use_gzip, "bytes": len(raw)}
+    return data, blob
+
+
+def write_report(ins: Inspection, path: Path, settings: dict[str, str]) -> Path:
     """Write the report to ``path`` (temporary name, then rename)."""
     e = html.escape
-    data = {
-        "layers": ins.layers, "heads": ins.heads, "tokens": ins.tokens,
-        "maps": [[[[round(float(x), 4) for x in row] for row in head] for head in layer]
-                 for layer in ins.maps],
-        "labels": ins.taxonomy.labels, "metrics": _metric_dict(ins.metrics),
-        "metric_titles": METRIC_TITLES,
-    }
+    data, blob = report_data(ins)
     rows = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in settings.items())
     counts = ins.taxonomy.counts()
     tax_head = "".join(f"<th>H{h}</th>" for h in range(ins.heads))
     tax_rows = "".join(
-        f"<tr><th>L{layer}</th>" + "".join(f"<td>{e(lab)}</td>" for lab in labels) + "</tr>"
+        f"<tr><th>L{layer}</th>" + "".join(
+            f'<td><span class="tag" style="background:{LABEL_COLORS[lab]}">{e(lab)}</span></td>'
+            for lab in labels) + "</tr>"
         for layer, labels in enumerate(ins.taxonomy.labels))
     count_rows = "".join(f"<tr><td>{e(k)}</td><td>{v}</td></tr>" for k, v in counts.items())
     flags = []
@@ -120,31 +146,61 @@ def write_report(ins: Inspection, figures: dict[str, Path], path: Path,
                      f"(JS distance {d:.3f})</li>")
     flag_html = "<ul>" + "".join(flags) + "</ul>" if flags else "<p>none</p>"
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in ins.notes)
-    metric_imgs = "".join(_img(p, f"metric grid {k}") for k, p in figures.items()
-                          if k.startswith("metric_"))
-    attrib = "".join(_img(figures[k], k) for k in ("rollout", "flow", "gradient") if k in figures)
     summary = ins.layer_summary
+    target = {"norm": "the norm of the pooled embedding",
+              "similarity": "the cosine similarity of the two sentences' embeddings"}[ins.target]
+
+    def bar(prefix):
+        return (f'<div class="bar" id="{prefix}-bar"><span class="lo"></span><canvas></canvas>'
+                f'<span class="hi"></span> <span class="what"></span></div>')
+
     doc = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data: blob:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
 <title>attnlab inspect: {e(ins.model)}</title><style>{CSS}</style></head><body>
 <h1>Attention report</h1>
-<p>{e(ins.model)} on {len(ins.texts)} text{'s' if len(ins.texts) != 1 else ''}. Maps and attributions
-are for the first text; metrics, head distances and labels are averaged over all texts.</p>
+<p>{e(ins.model)} on {len(ins.texts)} text{'s' if len(ins.texts) != 1 else ''}. Metrics, head
+distances and labels are averaged over all texts; maps are shown for the text you pick;
+attribution is for the first text.</p>
+{notes}
 <section id="settings"><h2>Settings</h2><table>{rows}</table></section>
-<section><h2>Every head</h2><p>Click a head to see its map and metrics.</p><div id="grid"></div></section>
-<section><h2 id="detail-title">Layer 0, head 0</h2><div id="detail"><div id="detail-map"></div>
-<table id="detail-metrics"></table></div></section>
+<div class="controls">
+<label id="texts-control">text <select id="text"></select></label>
+<label><input type="checkbox" id="words"> word level (pieces merged: sum over attended, mean over attending)</label>
+<label id="pair-control">view <select id="pair"><option value="all">all tokens</option>
+<option value="ab">sentence A &#8594; B</option><option value="ba">sentence B &#8594; A</option></select></label>
+</div>
+<section><h2>Model view</h2><p>Every layer and head; the border colour is the head's class
+(legend under the head map). Click a head to open it below.</p><div id="grid"></div></section>
+<section><h2>Head view</h2><p>Left: queries, right: keys; line strength is the attention
+weight. Hover a token to see what it attends to (left) or what attends to it (right).</p>
+<div class="controls"><select id="hv-layer"></select><span id="hv-heads"></span></div>
+<div id="hv"><div class="col" id="hv-q"></div><canvas id="hv-canvas" width="260"></canvas>
+<div class="col" id="hv-k"></div></div></section>
+<section><h2 id="detail-title">Layer 0, head 0</h2>
+<label><input type="checkbox" id="shared"> shared colour scale (0&#8211;1) instead of per map</label>
+<div class="panel"><div id="map-axes"></div><canvas class="heat" id="map-canvas"></canvas>
+<div>{bar('map')}<div class="value" id="map-value">move over the map for its values</div>
+<table id="detail-metrics"></table></div></div></section>
+<section id="attribution"><h2>Attribution</h2>
+<p>Rollout and attention flow (Abnar &amp; Zuidema 2020) and gradient-weighted relevance
+(Chefer et al. 2021, target: {e(target)}; shown as R &#8722; I) from layer {ins.start_layer}.</p>
+<div class="controls"><select id="attr-kind"></select>
+<input type="range" id="attr-layer" min="0" step="1"> <span id="attr-layer-label"></span></div>
+<div class="panel"><div id="attr-axes"></div><canvas class="heat" id="attr-canvas"></canvas>
+<div>{bar('attr')}<div class="value" id="attr-value"></div></div></div>
+<div id="flow-from"></div><div class="value" id="flow-value"></div></section>
 <section id="taxonomy"><h2>Head taxonomy</h2>
 <div style="overflow-x:auto"><table><tr><th></th>{tax_head}</tr>{tax_rows}</table></div>
 <h3>Counts</h3><table>{count_rows}</table><h3>Flags</h3>{flag_html}
 <p>Jensen-Shannon distance between heads: same layer {summary['same_layer']:.3f},
 different layers {summary['cross_layer']:.3f}.</p>
-<div class="figs">{_img(figures['head_embedding'], 'head embedding')}</div></section>
-<section id="attribution"><h2>Attribution</h2>{notes}<div class="figs">{attrib}</div></section>
-<section id="metrics"><h2>Metric grids</h2><div class="figs">{metric_imgs}</div></section>
+<h3>Heads by Jensen-Shannon distance (metric MDS; label layer.head)</h3>
+<canvas id="mds" width="760" height="420"></canvas><div id="legend"></div></section>
+<section id="metrics"><h2>Metric grids</h2><div id="metric-grids"></div></section>
 <footer><p>attnlab {e(__version__)}; labels: {e(', '.join(LABELS))}.</p></footer>
 <script type="application/json" id="data">{_json_island(data)}</script>
+<script type="text/plain" id="blob">{blob}</script>
 <script>{SCRIPT}</script>
 </body></html>
 """

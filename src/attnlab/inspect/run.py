@@ -13,13 +13,37 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnlab.inspect.attribution import FLOW_MAX_TOKENS, bert_gradient_attention, flow, rollout
+from attnlab.inspect.attribution import (FLOW_MAX_TOKENS, TARGETS, bert_gradient_attention,
+                                        flow, flow_from, rollout)
+
+FLOW_FROM_AUTO_TOKENS = 128      # flow into one position: about 1 s at 128 tokens
 from attnlab.inspect.capture import record
 from attnlab.inspect.metrics import (HeadMetrics, embed_2d, head_metrics, js_distances,
                                      layer_distance_summary)
 from attnlab.inspect.taxonomy import Taxonomy, label_heads
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps."
+
+
+class TextTooLong(ValueError):
+    """A text has more tokens than the model's positions; ``index`` (0-based), ``tokens``
+    and ``limit`` say which and by how much."""
+
+    def __init__(self, index: int, tokens: int, limit: int):
+        super().__init__(f"text {index + 1} has {tokens} tokens, more than the {limit} positions "
+                         f"the model takes; shorten it or pass truncate=True to cut it to {limit}")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
+@dataclass
+class TextMaps:
+    """One text's capture: tokens, sentence ids of a pair (or None), maps ``(L, H, n, n)``."""
+
+    text: str
+    pair: str | None
+    tokens: list[str]
+    segments: torch.Tensor | None
+    maps: torch.Tensor
 
 
 @dataclass
@@ -35,10 +59,17 @@ class Inspection:
     xy: torch.Tensor                        # (L*H, 2)
     layer_summary: dict[str, float]
     taxonomy: Taxonomy
-    rollout: torch.Tensor                   # (n, n)
-    flow: torch.Tensor | None
+    rollout: torch.Tensor                   # (n, n), after the last layer
+    flow: torch.Tensor | None               # (n, n) where it fits, else None
     gradient: torch.Tensor | None
     notes: list[str] = field(default_factory=list)
+    captures: list[TextMaps] = field(default_factory=list)   # every text, for the report
+    rollout_layers: torch.Tensor | None = None               # (L, n, n) after each layer
+    gradient_layers: torch.Tensor | None = None              # (L, n, n)
+    flow_from: torch.Tensor | None = None                    # (n,) into flow_position
+    flow_position: int = 0
+    target: str = "norm"
+    start_layer: int = 0
 
     @property
     def layers(self) -> int:
@@ -49,17 +80,40 @@ class Inspection:
         return self.maps.shape[1]
 
 
-def _encode(tok, text: str, pair: str | None):
-    batch = tok([text], [pair] if pair is not None else None, return_tensors="pt",
-                truncation=True, max_length=128)
+def _encode(tok, text: str, pair: str | None, limit: int, truncate: bool, index: int):
+    batch = tok([text], [pair] if pair is not None else None, return_tensors="pt")
+    n = batch["input_ids"].shape[1]
+    cut = None
+    if n > limit:
+        if not truncate:
+            raise TextTooLong(index, n, limit)
+        batch = tok([text], [pair] if pair is not None else None, return_tensors="pt",
+                    truncation=True, max_length=limit)
+        cut = n
     tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
     seg = batch.get("token_type_ids")
-    return batch, tokens, (seg[0] if seg is not None and pair is not None else None)
+    return batch, tokens, (seg[0] if seg is not None and pair is not None else None), cut
 
 
 def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
-                  progress: Callable[[int], None] | None = None) -> Inspection:
-    """Inspect ``texts`` (pairs ``(text, pair_or_None)``) with the model at ``model``."""
+                  progress: Callable[[int], None] | None = None, *, truncate: bool = False,
+                  target: str = "norm", start_layer: int = 0,
+                  position: int = 0, flow_mode: bool | None = None) -> Inspection:
+    """Inspect ``texts`` (pairs ``(text, pair_or_None)``) with the model at ``model``.
+
+    Args:
+        truncate: cut texts longer than the model's positions (512 for the embedded model)
+            and say so in ``notes``; without it such a text raises :class:`TextTooLong`.
+        target: what gradient relevance explains: ``"norm"`` of the pooled embedding, or for
+            a pair ``"similarity"`` of the two sentences' embeddings.
+        start_layer: first layer of rollout and gradient relevance.
+        position: the output position whose attention flow is computed at any length
+            (default 0, [CLS]); the full flow matrix is computed where it fits.
+        flow_mode: None (default): the full flow matrix up to ``FLOW_MAX_TOKENS`` tokens,
+            the flow into ``position`` up to ``FLOW_FROM_AUTO_TOKENS``, and above that none
+            (said in ``notes``: one max-flow problem per token costs about 0.1 s at 512
+            tokens); True: the flow into ``position`` at any length; False: no flow.
+    """
     from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
 
     if not texts:
@@ -67,33 +121,59 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
     path = resolve_model_path(model)
     bert = BertModel.from_pretrained(path)
     tok = load_tokenizer(path)
-    per_text, dists = [], []
+    limit = bert.config.max_position_embeddings
+    n_layers = bert.config.num_hidden_layers
+    if not 0 <= start_layer < n_layers:
+        raise ValueError(f"start_layer must be in 0..{n_layers - 1}, got {start_layer}")
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    per_text, dists, captures, notes = [], [], [], []
     first = None
     for i, (text, pair) in enumerate(texts):
-        batch, tokens, seg = _encode(tok, text, pair)
+        batch, tokens, seg, cut = _encode(tok, text, pair, limit, truncate, i)
+        if cut is not None:
+            notes.append(f"text {i + 1} was cut from {cut} to {limit} tokens (truncate)")
         with torch.no_grad(), record(bert) as rec:
             bert(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        maps = rec.maps(0)                                            # (L, H, n, n)
+        maps = rec.maps(0, attention_mask=batch["attention_mask"])   # (L, H, n, n)
         per_text.append(head_metrics(maps, tokens, seg))
         dists.append(js_distances(maps))
+        captures.append(TextMaps(text, pair, tokens, seg, maps.float()))
         if first is None:
             first = (batch, tokens, seg, maps)
         if progress is not None:
             progress(i + 1)
     batch, tokens, seg, maps = first
+    if target == "similarity" and seg is None:
+        raise ValueError("target='similarity' needs the first text to be a pair (two "
+                         "sentences); use target='norm' for one text")
+    if not 0 <= position < len(tokens):
+        raise ValueError(f"position must be in 0..{len(tokens) - 1} (a token of the first "
+                         f"text), got {position}")
     metrics = HeadMetrics.mean(per_text)
     dist = torch.stack(dists).mean(0)
-    notes = []
-    f = None
-    if len(tokens) <= FLOW_MAX_TOKENS:
-        f = flow(maps)
-    else:
-        notes.append(f"attention flow skipped: {len(tokens)} tokens is more than the "
-                     f"{FLOW_MAX_TOKENS} it allows (rollout is shown)")
-    grad = bert_gradient_attention(bert, batch["input_ids"], batch["attention_mask"])
+    n = len(tokens)
+    f = f_from = None
+    if flow_mode is not False:
+        f = flow(maps[start_layer:]) if n <= FLOW_MAX_TOKENS and flow_mode is None else None
+        if flow_mode or n <= FLOW_FROM_AUTO_TOKENS:
+            f_from = flow_from(maps[start_layer:], position)
+        if f is None and f_from is not None:
+            notes.append(f"attention flow: {n} tokens is more than the {FLOW_MAX_TOKENS} of "
+                         f"the full matrix; the flow into position {position} "
+                         f"({tokens[position]}) is shown")
+        elif f is None:
+            notes.append(f"attention flow skipped: at {n} tokens the flow into one position "
+                         f"takes about {0.1 * n * (n / 512) ** 2:.0f} s (one max-flow problem "
+                         f"per token); ask for it with flow_mode=True (attnlab inspect --flow)")
+    grads = bert_gradient_attention(bert, batch["input_ids"], batch["attention_mask"], target,
+                                    batch.get("token_type_ids"), start_layer, per_layer=True)
+    roll = rollout(maps, start_layer=start_layer, per_layer=True)
     name = "all-MiniLM-L6-v2 (embedded)" if str(model) == "default" else path.name
     return Inspection(model=name, texts=texts, tokens=tokens, maps=maps, segments=seg,
                       metrics=metrics, per_text=per_text, dist=dist, xy=embed_2d(dist),
                       layer_summary=layer_distance_summary(dist, maps.shape[1]),
-                      taxonomy=label_heads(metrics, dist), rollout=rollout(maps), flow=f,
-                      gradient=grad, notes=notes)
+                      taxonomy=label_heads(metrics, dist), rollout=roll[-1], flow=f,
+                      gradient=grads[-1], notes=notes, captures=captures,
+                      rollout_layers=roll, gradient_layers=grads, flow_from=f_from,
+                      flow_position=position, target=target, start_layer=start_layer)

@@ -34,6 +34,8 @@ DUPLICATE = 0.1
 
 LABELS = ("previous token", "next token", "self", "sink", "special token", "block", "broad",
           "heterogeneous")
+LABEL_COLORS = dict(zip(LABELS, ["#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e",
+                                 "#8c564b", "#2ca02c", "#7f7f7f"]))
 
 
 @dataclass

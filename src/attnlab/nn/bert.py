@@ -125,6 +125,12 @@ class BertModel(nn.Module):
                 ``return_attention`` is its deprecated name.
             return_hidden_states: fill ``hidden_states``.
         """
+        n, limit = input_ids.shape[-1], self.config.max_position_embeddings
+        if n > limit:
+            raise ValueError(f"input_ids has {n} tokens, more than the {limit} positions this "
+                             f"model was trained for (max_position_embeddings); cut the text "
+                             f"to {limit} tokens, e.g. tokenizer(..., truncation=True, "
+                             f"max_length={limit})")
         return_weights = renamed_flag("BertModel.forward", "return_attention", return_attention,
                                       "return_weights", return_weights)
         if token_type_ids is None:

@@ -43,7 +43,10 @@ def heatmap(matrix, path: str | Path | Sequence[str | Path], *, title: str,
     if center and np.isfinite(m).any():
         lim = float(np.abs(m[np.isfinite(m)]).max()) or 1.0
         vmin, vmax = -lim, lim
-    size = figsize or (max(4.0, 0.75 * n_cols + 2.5), max(3.0, 0.6 * n_rows + 1.8))
+    # Grows with the matrix up to a page: at 512 tokens the figure is drawn at the matrix's own
+    # resolution instead of 111 megapixels.
+    size = figsize or (min(14.0, max(4.0, 0.75 * n_cols + 2.5)),
+                       min(12.0, max(3.0, 0.6 * n_rows + 1.8)))
     with figure(path, figsize=size) as fig:
         ax = fig.add_subplot()
         if categories is not None:
@@ -64,10 +67,14 @@ def heatmap(matrix, path: str | Path | Sequence[str | Path], *, title: str,
             cbar.set_ticks(range(len(categories)), labels=list(categories))
         if colorbar_label:
             cbar.set_label(colorbar_label)
+        # Past 64 labels a tick per label is unreadable and slow to draw: every k-th one.
         if row_labels is not None:
-            ax.set_yticks(range(n_rows), labels=list(row_labels))
+            k = -(-n_rows // 48) if n_rows > 64 else 1
+            ax.set_yticks(range(0, n_rows, k), labels=list(row_labels)[::k])
         if col_labels is not None:
-            ax.set_xticks(range(n_cols), labels=list(col_labels), rotation=45, ha="right")
+            k = -(-n_cols // 48) if n_cols > 64 else 1
+            ax.set_xticks(range(0, n_cols, k), labels=list(col_labels)[::k], rotation=45,
+                          ha="right")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)

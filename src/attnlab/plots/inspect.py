@@ -11,13 +11,9 @@ import numpy as np
 import torch
 
 from attnlab.inspect.metrics import METRIC_TITLES
-from attnlab.inspect.taxonomy import LABELS
+from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
 from attnlab.plots._figure import figure
 from attnlab.plots.heatmap import heatmap
-
-LABEL_COLORS = dict(zip(LABELS, ["#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e",
-                                 "#8c564b", "#2ca02c", "#7f7f7f"]))
-
 
 def _both(stem: Path) -> list[Path]:
     return [stem.with_suffix(".png"), stem.with_suffix(".svg")]
