@@ -146,16 +146,16 @@ def js_distances(maps: torch.Tensor) -> torch.Tensor:
     n = maps.shape[-1]
     dtype = torch.float64 if n <= 64 else torch.float32
     p = maps.to(dtype).flatten(0, 1)                                  # (LH, n, n)
-    eps = 1e-12
+    inv_ln2 = 1.0 / math.log(2.0)
 
-    def entropy_bits(x):
-        return -(x * (x + eps).log2()).sum(-1)                        # (..., n)
+    def entropy_bits(x):                                              # x log x = 0 at x = 0
+        return torch.special.xlogy(x, x).sum(-1).mul_(-inv_ln2)      # (..., n)
 
     h = entropy_bits(p)                                               # (LH, n)
     out = torch.zeros(p.shape[0], p.shape[0], dtype=torch.float64)
     for g in range(p.shape[0] - 1):
-        m = 0.5 * (p[g][None] + p[g + 1:])                            # (LH - g - 1, n, n)
-        js = entropy_bits(m) - 0.5 * (h[g][None] + h[g + 1:])         # (LH - g - 1, n)
+        m = torch.add(p[g + 1:], p[g][None]).mul_(0.5)                # (LH - g - 1, n, n)
+        js = entropy_bits(m).sub_(0.5 * (h[g][None] + h[g + 1:]))     # (LH - g - 1, n)
         out[g, g + 1:] = js.mean(-1).double()
     out = out + out.T
     return out.clamp_min(0).sqrt()

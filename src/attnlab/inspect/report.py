@@ -129,7 +129,11 @@ def write_report(ins: Inspection, path: Path, settings: dict[str, str]) -> Path:
     """Write the report to ``path`` (temporary name, then rename)."""
     e = html.escape
     data, blob = report_data(ins)
-    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in settings.items())
+    def shown(v):
+        v = str(v)
+        return v if len(v) <= 300 else f"{v[:300]}… ({len(v)} characters)"
+
+    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(shown(v))}</td></tr>" for k, v in settings.items())
     counts = ins.taxonomy.counts()
     tax_head = "".join(f"<th>H{h}</th>" for h in range(ins.heads))
     tax_rows = "".join(
@@ -171,7 +175,8 @@ attribution is for the first text.</p>
 <option value="ab">sentence A &#8594; B</option><option value="ba">sentence B &#8594; A</option></select></label>
 </div>
 <section><h2>Model view</h2><p>Every layer and head; the border colour is the head's class
-(legend under the head map). Click a head to open it below.</p><div id="grid"></div></section>
+(legend under the head map); thumbnails on a square-root colour scale of each map's largest
+weight. Click a head to open it below.</p><div id="grid"></div></section>
 <section><h2>Head view</h2><p>Left: queries, right: keys; line strength is the attention
 weight. Hover a token to see what it attends to (left) or what attends to it (right).</p>
 <div class="controls"><select id="hv-layer"></select><span id="hv-heads"></span></div>

@@ -113,6 +113,17 @@ function heatPanel(prefix, V, label){
     if (i < 0 || j < 0 || i >= V.nr || j >= V.nc) return;
     $(prefix + '-value').textContent = V.rows[i] + ' (' + i + ') \u2192 ' + V.cols[j] + ' (' + j + '): ' + V.m[i * V.nc + j].toFixed(4); };
 }
+// Thumbnails: max-pooled to at most 96 x 96 (a 512-token map would be 262k pixels each) and
+// on a square-root scale of the map's own maximum, so a spread-out head is not drawn black.
+function drawThumb(canvas, V){
+  const k = Math.max(1, Math.ceil(Math.max(V.nr, V.nc) / 96)), r = Math.ceil(V.nr / k), c = Math.ceil(V.nc / k);
+  const pooled = new Float32Array(r * c);
+  for (let i = 0; i < V.nr; i++) for (let j = 0; j < V.nc; j++) {
+    const p = Math.floor(i / k) * c + Math.floor(j / k), x = V.m[i * V.nc + j]; if (x > pooled[p]) pooled[p] = x; }
+  const vmax = maxOf(pooled);
+  for (let i = 0; i < pooled.length; i++) pooled[i] = Math.sqrt(pooled[i] / vmax);
+  drawHeat(canvas, {m: pooled, nr: r, nc: c}, 1);
+}
 // ---- model view: every layer x head, labelled by its class ---------------------------------
 function modelView(){
   const grid = $('grid'); grid.replaceChildren();
@@ -125,8 +136,8 @@ function modelView(){
       const b = document.createElement('button'); b.className = 'head'; b.dataset.layer = l; b.dataset.head = h;
       const cls = D.labels[l][h]; b.title = 'layer ' + l + ', head ' + h + ': ' + cls;
       b.style.borderColor = LABEL_COLORS[cls];
-      const V = view(headMatrix(S.text, l, h), D.texts[S.text]);
-      const c = document.createElement('canvas'); drawHeat(c, V, maxOf(V.m)); b.appendChild(c);
+      const c = document.createElement('canvas'); drawThumb(c, view(headMatrix(S.text, l, h), D.texts[S.text]));
+      b.appendChild(c);
       b.addEventListener('click', () => { S.layer = l; S.head = h; S.heads = new Set([h]); refresh(); });
       grid.appendChild(b);
     }
