@@ -6,13 +6,16 @@ Thresholds, with their source:
   on average (Clark et al. 2019, section 4.1 and figure 2, use 50% of attention to the previous
   or next token), or that token is the argmax for at least 90% of the queries (Voita et al. 2019,
   section 4.2: "attends to a specific relative position at least 90% of the time").
-* sink (first token / [CLS]) and special-token ([SEP], punctuation): more than 50% of the
-  attention on them (Clark et al. 2019, section 3: over half of the attention of layers 6-10 of
-  BERT-base goes to [SEP]). These are the "vertical" pattern of Kovaleva et al. (2019).
+* sink (first token / [CLS]) and special-token ([SEP], "." and ","): more than 50% of the
+  attention on them (attnlab's threshold; Clark et al. 2019, section 3, report that over half
+  of the attention of BERT-base's layers 6-10 goes to [SEP], and count heads with over 60% on
+  one token type). These are the "vertical" pattern of Kovaleva et al. (2019).
 * block: at least 90% of the attention within the query's own sentence of a pair (Kovaleva et
   al. 2019 describe the pattern; the 90% threshold is attnlab's).
-* broad: entropy of at least 80% of the uniform entropy (Clark et al. 2019 describe broad heads;
-  the threshold is attnlab's), near-uniform (flagged as degenerate) at 95%.
+* broad: entropy of at least 80% of the uniform entropy ln n (attnlab's threshold, so that it
+  means the same at any length; Clark et al. 2019, section 3.3, describe broad heads by an
+  average entropy above 3.8 nats on their 128-token segments, 78% of ln 128), near-uniform
+  (flagged as degenerate) at 95%.
 * near-duplicate heads (flagged): Jensen-Shannon distance below 0.1 (attnlab's threshold).
 * heterogeneous: none of the above.
 """
