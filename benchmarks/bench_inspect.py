@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,16 +26,21 @@ PARAGRAPH = ("Attention lets every token look at every other token, and the weig
              "each one matters to the next layer of the model. ")
 
 
+# The console script's main() in a fresh interpreter that reports its own peak memory.
+CHILD = ("import json, resource, sys; from attnlab.cli import main; code = main(sys.argv[1:]); "
+         "print(json.dumps({'peak_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), "
+         "file=sys.stderr); sys.exit(code)")
+
+
 def _job(args: list[str]) -> dict:
-    exe = Path(sys.executable).with_name("attnlab")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    proc = subprocess.run([str(exe), "inspect", *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", CHILD, "inspect", *args], capture_output=True,
+                          text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(proc.stderr)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"time_s": round(wall, 2), "peak_mib": round(max(peak, before) / 1024, 1)}
+    peak = json.loads(proc.stderr.strip().splitlines()[-1])["peak_kib"]
+    return {"time_s": round(wall, 2), "peak_mib": round(peak / 1024, 1)}
 
 
 def main() -> None:
