@@ -77,3 +77,17 @@ def test_bad_model_paths_and_configs(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ValueError, match="only BERT-style"):
         BertConfig.from_json(tmp_path / "config.json")
+
+
+def test_fast_tokenizer_path_tokenizes_as_autotokenizer():
+    from transformers import AutoTokenizer
+
+    from attnlab.nn.bert import default_model_path, load_tokenizer
+
+    path = default_model_path()
+    ours, auto = load_tokenizer(path), AutoTokenizer.from_pretrained(str(path),
+                                                                      local_files_only=True)
+    assert ours.is_fast and ours.vocab == auto.vocab
+    texts = ["Tokenization of unbelievably long words, CJK 注意力 and <b>tags</b>.", "x"]
+    a, b = ours(texts, ["A pair.", "y"], padding=True), auto(texts, ["A pair.", "y"], padding=True)
+    assert a["input_ids"] == b["input_ids"] and a["token_type_ids"] == b["token_type_ids"]

@@ -210,7 +210,21 @@ def resolve_model_path(model: str | Path) -> Path:
 
 
 def load_tokenizer(path: str | Path):
-    """The checkpoint's own tokenizer, read from the folder (never from a hub)."""
+    """The checkpoint's own tokenizer, read from the folder (never from a hub).
+
+    A BERT tokenizer (what ``tokenizer_config.json`` names for every checkpoint BertModel
+    loads) is built as ``BertTokenizerFast`` directly, as AutoTokenizer would, without
+    AutoTokenizer's registry of every model family (4 s of imports); anything else goes through
+    AutoTokenizer."""
+    path = Path(path)
+    try:
+        cls = json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        cls = None
+    if cls in ("BertTokenizer", "BertTokenizerFast") and (path / "tokenizer.json").is_file():
+        from transformers import BertTokenizerFast
+
+        return BertTokenizerFast.from_pretrained(str(path), local_files_only=True)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
