@@ -3,9 +3,6 @@ line (cli) nor the figures (plots); there are no import cycles; importing any mo
 no global state (matplotlib's backend, the environment)."""
 
 import ast
-import importlib
-import os
-import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +97,7 @@ def test_importing_every_module_changes_no_global_state():
     # In a fresh interpreter: the user's matplotlib backend and environment stay as they were.
     # The third-party libraries are imported first: scikit-learn and statsmodels set
     # KMP_DUPLICATE_LIB_OK / KMP_INIT_AT_FORK on import, which is theirs, not attnlab's.
-    code = f"""
+    code = """
 import os, importlib, pkgutil, matplotlib
 matplotlib.use("svg")
 import torch, sklearn, statsmodels.api, transformers, pandas, networkx, scipy
@@ -111,7 +108,7 @@ names = [m.name for m in pkgutil.walk_packages(attnlab.__path__, "attnlab.")
 for name in names:
     importlib.import_module(name)
 assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
-changed = {{k for k in set(env) | set(os.environ) if env.get(k) != os.environ.get(k)}}
+changed = {k for k in set(env) | set(os.environ) if env.get(k) != os.environ.get(k)}
 assert not changed, changed
 print(len(names))
 """

@@ -3,7 +3,6 @@ blocksparse: outputs, lse and gradients -- including the gradient of a learnable
 function captures -- against the float64 reference; ALiBi with custom slopes and a relative
 position bias against the same bias written as a float mask."""
 
-import math
 
 import pytest
 import torch

@@ -3,7 +3,6 @@ TransformerDecoder / Transformer over random configurations (self and cross mask
 pre/post-LN, train/eval, both layouts), outputs and gradients; conversion both ways; and
 incremental decoding with a KV cache equal to the full forward."""
 
-import itertools
 import random
 
 import pytest

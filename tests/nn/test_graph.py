@@ -33,19 +33,7 @@ def test_equals_pytorch_geometric(heads, concat, self_loops):
     with torch.no_grad():
         ours.bias.normal_()                              # a non-zero bias is compared too
     theirs.load_state_dict(ours.state_dict())            # same parameter names and shapes
-    out, (edges, alpha) = ours(x, ei, return_attention_weights=True)
-    ref, (ref_edges, ref_alpha) = theirs(x, ei, return_attention_weights=True)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    a, b = _alpha_by_edge(edges, alpha), _alpha_by_edge(ref_edges, ref_alpha)
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=1e-12, atol=1e-12)
-    # Gradients too.
-    g1 = torch.autograd.grad(out.square().sum(), list(ours.parameters()))
-    g2 = torch.autograd.grad(ref.square().sum(), [dict(theirs.named_parameters())[k]
-                                                  for k, _ in ours.named_parameters()])
-    for u, v in zip(g1, g2):
-        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+    _compare(ours, theirs, x, ei)                        # outputs, coefficients, gradients
 
 
 def test_attention_sums_to_one_per_target_and_dropout_only_in_training():

@@ -26,10 +26,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from attnlab.nn.multihead import KVCache, MultiheadAttention
-from attnlab.nn.transformer import Encoder, EncoderLayer, FeedForward, activation_of
+from attnlab.nn.transformer import (Encoder, EncoderLayer, FeedForward, layer_from_torch,
+                                    layer_to_torch, stack_from_torch)
 
 
 class DecoderLayer(nn.Module):
@@ -103,38 +103,11 @@ class DecoderLayer(nn.Module):
         if not isinstance(layer, nn.TransformerDecoderLayer):
             raise TypeError(f"layer must be a torch.nn.TransformerDecoderLayer, got "
                             f"{type(layer).__name__}")
-        ref = layer.linear1.weight
-        new = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads,
-                  dim_feedforward=layer.linear1.out_features, dropout=layer.dropout.p,
-                  activation=activation_of(layer.activation), layer_norm_eps=layer.norm1.eps,
-                  batch_first=layer.self_attn.batch_first, norm_first=layer.norm_first,
-                  bias=layer.linear1.bias is not None, backend=backend, device=ref.device,
-                  dtype=ref.dtype)
-        new.load_state_dict(_to_ours(layer.state_dict()))
-        new.train(layer.training)
-        return new
+        return layer_from_torch(cls, layer, backend)
 
     def to_torch(self) -> nn.TransformerDecoderLayer:
         """A torch.nn.TransformerDecoderLayer with the same configuration and weights."""
-        ref = self.ff.linear1.weight
-        layer = nn.TransformerDecoderLayer(
-            self.self_attn.embed_dim, self.self_attn.num_heads,
-            dim_feedforward=self.ff.linear1.out_features, dropout=self.dropout1.p,
-            activation=activation_of(self.ff.activation), layer_norm_eps=self.norm1.eps,
-            batch_first=self.batch_first, norm_first=self.norm_first,
-            bias=self.ff.linear1.bias is not None, device=ref.device, dtype=ref.dtype)
-        layer.load_state_dict(_to_torch(self.state_dict()))
-        layer.train(self.training)
-        return layer
-
-
-def _to_ours(state: dict) -> dict:
-    return {("ff." + k if k.startswith(("linear1.", "linear2.")) else k): v
-            for k, v in state.items()}
-
-
-def _to_torch(state: dict) -> dict:
-    return {(k[3:] if k.startswith("ff.") else k): v for k, v in state.items()}
+        return layer_to_torch(self, nn.TransformerDecoderLayer)
 
 
 class Decoder(nn.Module):
@@ -177,16 +150,12 @@ class Decoder(nn.Module):
         if not isinstance(decoder, nn.TransformerDecoder):
             raise TypeError(f"decoder must be a torch.nn.TransformerDecoder, got "
                             f"{type(decoder).__name__}")
-        layers = [DecoderLayer.from_torch(layer, backend) for layer in decoder.layers]
-        new = cls(layers[0], len(layers), norm=copy.deepcopy(decoder.norm))
-        new.layers = nn.ModuleList(layers)
-        return new
+        return stack_from_torch(cls, [DecoderLayer.from_torch(layer, backend)
+                                      for layer in decoder.layers], decoder.norm)
 
     def to_torch(self) -> nn.TransformerDecoder:
-        layers = [layer.to_torch() for layer in self.layers]
-        dec = nn.TransformerDecoder(layers[0], len(layers), norm=copy.deepcopy(self.norm))
-        dec.layers = nn.ModuleList(layers)
-        return dec
+        return stack_from_torch(nn.TransformerDecoder, [layer.to_torch() for layer in self.layers],
+                                self.norm)
 
 
 class Transformer(nn.Module):

@@ -186,32 +186,42 @@ class EncoderLayer(nn.Module):
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got "
                             f"{type(layer).__name__}")
-        ref = layer.linear1.weight
-        new = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads,
-                  dim_feedforward=layer.linear1.out_features, dropout=layer.dropout.p,
-                  activation=activation_of(layer.activation),
-                  layer_norm_eps=layer.norm1.eps, batch_first=layer.self_attn.batch_first,
-                  norm_first=layer.norm_first, bias=layer.linear1.bias is not None,
-                  backend=backend, device=ref.device, dtype=ref.dtype)
-        state = {("ff." + k if k.startswith(("linear1.", "linear2.")) else k): v
-                 for k, v in layer.state_dict().items()}
-        new.load_state_dict(state)
-        new.train(layer.training)
-        return new
+        return layer_from_torch(cls, layer, backend)
 
     def to_torch(self) -> nn.TransformerEncoderLayer:
         """A torch.nn.TransformerEncoderLayer with the same configuration and weights."""
-        ref = self.ff.linear1.weight
-        layer = nn.TransformerEncoderLayer(
-            self.self_attn.embed_dim, self.self_attn.num_heads,
-            dim_feedforward=self.ff.linear1.out_features, dropout=self.dropout1.p,
-            activation=activation_of(self.ff.activation), layer_norm_eps=self.norm1.eps,
-            batch_first=self.batch_first, norm_first=self.norm_first,
-            bias=self.ff.linear1.bias is not None, device=ref.device, dtype=ref.dtype)
-        layer.load_state_dict({(k[3:] if k.startswith("ff.") else k): v
-                               for k, v in self.state_dict().items()})
-        layer.train(self.training)
-        return layer
+        return layer_to_torch(self, nn.TransformerEncoderLayer)
+
+
+def layer_from_torch(cls, layer: nn.Module, backend: str):
+    """An attnlab encoder or decoder layer (``cls``) from a torch one: the same arguments, the
+    FFN's ``linear1`` / ``linear2`` moved into ``ff``, the activation copied exactly."""
+    ref = layer.linear1.weight
+    new = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads,
+              dim_feedforward=layer.linear1.out_features, dropout=layer.dropout.p,
+              activation=activation_of(layer.activation), layer_norm_eps=layer.norm1.eps,
+              batch_first=layer.self_attn.batch_first, norm_first=layer.norm_first,
+              bias=layer.linear1.bias is not None, backend=backend, device=ref.device,
+              dtype=ref.dtype)
+    new.load_state_dict({("ff." + k if k.startswith(("linear1.", "linear2.")) else k): v
+                         for k, v in layer.state_dict().items()})
+    new.train(layer.training)
+    return new
+
+
+def layer_to_torch(layer: nn.Module, torch_cls):
+    """The torch layer (``torch_cls``) with the configuration and weights of an attnlab one."""
+    ref = layer.ff.linear1.weight
+    out = torch_cls(layer.self_attn.embed_dim, layer.self_attn.num_heads,
+                    dim_feedforward=layer.ff.linear1.out_features, dropout=layer.dropout1.p,
+                    activation=activation_of(layer.ff.activation),
+                    layer_norm_eps=layer.norm1.eps, batch_first=layer.batch_first,
+                    norm_first=layer.norm_first, bias=layer.ff.linear1.bias is not None,
+                    device=ref.device, dtype=ref.dtype)
+    out.load_state_dict({(k[3:] if k.startswith("ff.") else k): v
+                         for k, v in layer.state_dict().items()})
+    out.train(layer.training)
+    return out
 
 
 class Encoder(nn.Module):
@@ -266,15 +276,18 @@ class Encoder(nn.Module):
         if not isinstance(encoder, nn.TransformerEncoder):
             raise TypeError(f"encoder must be a torch.nn.TransformerEncoder, got "
                             f"{type(encoder).__name__}")
-        layers = [EncoderLayer.from_torch(layer, backend) for layer in encoder.layers]
-        new = cls(layers[0], len(layers), norm=copy.deepcopy(encoder.norm))
-        new.layers = nn.ModuleList(layers)
-        return new
+        return stack_from_torch(cls, [EncoderLayer.from_torch(layer, backend)
+                                      for layer in encoder.layers], encoder.norm)
 
     def to_torch(self) -> nn.TransformerEncoder:
         """A torch.nn.TransformerEncoder with the same layers and weights."""
-        layers = [layer.to_torch() for layer in self.layers]
-        enc = nn.TransformerEncoder(layers[0], len(layers), norm=copy.deepcopy(self.norm),
-                                    enable_nested_tensor=False)
-        enc.layers = nn.ModuleList(layers)
-        return enc
+        return stack_from_torch(nn.TransformerEncoder, [layer.to_torch() for layer in self.layers],
+                                self.norm, enable_nested_tensor=False)
+
+
+def stack_from_torch(cls, layers: list[nn.Module], norm: nn.Module | None, **kwargs):
+    """A stack ``cls(layer, num_layers, norm)`` holding exactly ``layers`` (converted one by
+    one; the constructor's deep copies of the first are replaced)."""
+    stack = cls(layers[0], len(layers), norm=copy.deepcopy(norm), **kwargs)
+    stack.layers = nn.ModuleList(layers)
+    return stack
