@@ -170,16 +170,24 @@ class _TiledAttention(torch.autograd.Function):
         # a tile whose row sums fall below 1e-30 is redone with the exact row max. Only tiles
         # that mask nothing use it: in a masked tile, rows with no kept key sum to 0 anyway, and
         # telling them apart costs more than the max pass it saves (measured).
+        # With a softcap c the capped scores lie in (-c, c): c itself is the shift, and for
+        # c <= 34 every exp(s - c) >= e^-68 keeps a row sum above the 1e-30 fallback threshold.
         bound = (spec.float_bias() is None and spec.mask is None and spec.mask_fn is None
-                 and spec.softcap is None and spec.score_mod is None)
-        if bound:
+                 and spec.score_mod is None
+                 and (spec.softcap is None or spec.softcap <= 34.0))
+        if bound and spec.softcap is None:
             qnorm = q_s.norm(dim=-1, keepdim=True)                       # (BH, N_q, 1)
             kmax = k.norm(dim=-1).amax(dim=-1).repeat_interleave(spec.kv_groups).view(
                 n_bh, 1, 1)                                               # (BH, 1, 1)
+        elif bound:
+            cap = torch.full((n_bh, 1, 1), spec.softcap, dtype=q.dtype, device=q.device)
         for i0 in range(0, spec.n_q, BLOCK_Q):
             i1 = min(i0 + BLOCK_Q, spec.n_q)
             o_acc, lse_acc = out[:, i0:i1], lse[:, i0:i1]     # (BH, bq, D_v), (BH, bq)
-            shift = qnorm[:, i0:i1] * kmax if bound else None  # (BH, bq, 1)
+            shift = None                                       # (BH, bq, 1)
+            if bound:
+                shift = (qnorm[:, i0:i1] * kmax if spec.softcap is None
+                         else cap.expand(n_bh, i1 - i0, 1))
             for j0, j1, kind in _key_blocks(spec, i0, i1):
                 use_shift = bound and kind == "full"
                 s = tiles.scores(q_s, k, i0, i1, j0, j1, kind, shift if use_shift else None)
