@@ -1,5 +1,6 @@
 """The attnlab command: explain, backends, and one-line usage errors with exit status 2."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,28 @@ def test_explain_real_model_head(tmp_path, capsys):
 def test_explain_model_usage_errors(args, words, capsys):
     assert main(["explain", "--model", "default", "--no-plots", *args]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_version_window_none_and_subcommand_help(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip().startswith("attnlab 0.")
+    assert main(["explain", "--window", "none", "--n", "3", "--d", "2", "--seed", "1",
+                 "--no-plots"]) == 0                     # its own error message offers "none"
+    capsys.readouterr()
+    assert main(["fit"]) == 0
+    out = capsys.readouterr().out
+    assert "forecast" in out and "tabular" in out and "explain" not in out
+
+
+def test_ctrl_c_exits_130_with_one_line():
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "demo", "seq2seq", "--out",
+                             os.devnull + "-not-written"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(8)                                          # past the imports, into training
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "attnlab: interrupted"
+    assert "Traceback" not in err

@@ -22,7 +22,11 @@ __all__ = ["UsageError", "app", "console", "main"]
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Outside standalone mode typer returns (not raises) the code of an Exit, including the
+        # 130 it makes of a KeyboardInterrupt: it is the exit status.
+        code = app(args=argv, standalone_mode=False)
+    except KeyboardInterrupt:
+        code = 130
     except UsageError as exc:
         print(f"attnlab: error: {exc}", file=sys.stderr)
         return 2
@@ -33,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except typer.TyperException as exc:          # typer's usage errors (unknown option, bad value)
         if type(exc).__name__ == "NoArgsIsHelpError":
-            print(app_help(), end="")
+            ctx = getattr(exc, "ctx", None)          # `attnlab fit`: fit's help, not the top's
+            print(ctx.get_help() + "\n" if ctx is not None else app_help(), end="")
             return 0
         print(f"attnlab: error: {exc.format_message()} (see attnlab --help)", file=sys.stderr)
         return 2
-    return 0
+    if code == 130:
+        print("attnlab: interrupted", file=sys.stderr)
+    return code if isinstance(code, int) else 0

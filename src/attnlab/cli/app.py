@@ -22,6 +22,20 @@ app = typer.Typer(
 console = Console()
 
 
+def _version(value: bool) -> None:
+    if value:
+        from attnlab import __version__
+
+        print(f"attnlab {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """attnlab: attention from the formula to fast, inspectable code."""
+
+
 class UsageError(Exception):
     """Bad input from the command line: one line on stderr, exit status 2."""
 
@@ -41,6 +55,8 @@ def parse_window(text: Optional[str]):
     """'W' -> W, 'L,R' -> (L, R); 'none' on a side means unbounded."""
     if text is None:
         return None
+    if text.strip().lower() == "none":
+        return None                                   # unbounded on both sides: no window
     parts = [p.strip().lower() for p in text.split(",")]
     try:
         vals = [None if p in ("none", "") else int(p) for p in parts]
