@@ -37,6 +37,7 @@ GROUPS = {
 NO_BACKWARD = {"flex"}           # FlexAttention has no CPU backward
 SIZES = [1024, 2048, 4096, 8192, 16384]
 QUICK_SIZES = [1024, 2048]
+CELL_TIMEOUT_S = 1800            # one cell's subprocess; the slowest measured takes ~60 s
 
 
 def _status(key: str) -> int:
@@ -131,8 +132,12 @@ def time_and_peak(step, repeats: int) -> tuple[float, float]:
 def _run_cell(method, group, n, backward, repeats) -> dict:
     cmd = [sys.executable, "-m", "attnlab.bench", "--cell", method, group, str(n),
            str(int(backward)), str(repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
     mode = "fwd+bwd" if backward else "fwd"
+    try:                                   # a cell that hangs must not stall the whole run
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"method": method, "group": group, "n": n, "mode": mode,
+                "error": f"timed out after {CELL_TIMEOUT_S} s"}
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         return {"method": method, "group": group, "n": n, "mode": mode,
