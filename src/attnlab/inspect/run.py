@@ -131,6 +131,13 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
     first = None
     for i, (text, pair) in enumerate(texts):
         batch, tokens, seg, cut = _encode(tok, text, pair, limit, truncate, i)
+        if i == 0:                             # options about the first text, before any work
+            if not 0 <= position < len(tokens):
+                raise ValueError(f"position must be in 0..{len(tokens) - 1} (a token of the "
+                                 f"first text), got {position}")
+            if target == "similarity" and seg is None:
+                raise ValueError("target='similarity' needs the first text to be a pair (two "
+                                 "sentences); use target='norm' for one text")
         if cut is not None:
             notes.append(f"text {i + 1} was cut from {cut} to {limit} tokens (truncate)")
         with torch.no_grad(), record(bert) as rec:
@@ -144,12 +151,6 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
         if progress is not None:
             progress(i + 1)
     batch, tokens, seg, maps = first
-    if target == "similarity" and seg is None:
-        raise ValueError("target='similarity' needs the first text to be a pair (two "
-                         "sentences); use target='norm' for one text")
-    if not 0 <= position < len(tokens):
-        raise ValueError(f"position must be in 0..{len(tokens) - 1} (a token of the first "
-                         f"text), got {position}")
     metrics = HeadMetrics.mean(per_text)
     dist = torch.stack(dists).mean(0)
     n = len(tokens)
