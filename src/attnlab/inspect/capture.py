@@ -34,28 +34,55 @@ from attnlab.nn import _recording
 from attnlab.nn.multihead import MultiheadAttention as AttnlabMHA
 
 HF_IMPLEMENTATION = "attnlab"
+HF_IMPLEMENTATION_EAGER = "attnlab_eager"
 _MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
              "average_attn_weights", "is_causal")
 
 
+KINDS = ("self", "causal", "cross")
+
+
+def _kind(module, name: str, weights: torch.Tensor) -> str:
+    """``"cross"`` for a module named as cross-attention (BART/Marian/Whisper ``encoder_attn``,
+    T5 ``EncDecAttention``, BERT ``crossattention``, torch ``multihead_attn``); a transformers
+    module's own ``is_causal`` flag; otherwise ``"causal"`` for square maps with no weight
+    above the diagonal, else ``"self"``."""
+    last = name.rsplit(".", 2)
+    if any(c in part for part in last for c in _CROSS_NAMES):
+        return "cross"
+    flag = getattr(module, "is_causal", None)
+    if isinstance(flag, bool):
+        return "causal" if flag else "self"
+    n_q, n_k = weights.shape[-2:]
+    if n_q == n_k and n_q > 1 and not torch.triu(weights.detach(), diagonal=1).any():
+        return "causal"
+    return "self"
+
+
 class Recording:
-    """Attention maps in call order, one ``(B, H, N_q, N_k)`` tensor per attention call."""
+    """Attention maps in call order, one ``(B, H, N_q, N_k)`` tensor per attention call, with
+    the calling module's name (``sources``) and its kind (``kinds``: ``"self"``,
+    ``"causal"`` or ``"cross"``)."""
 
     def __init__(self, names: dict[int, str]):
         self._names = names
         self.raw: list[torch.Tensor] = []
         self.sources: list[str] = []
+        self.kinds: list[str] = []
 
     def add(self, module, weights: torch.Tensor) -> None:
+        name = self._names.get(id(module), type(module).__name__)
         self.raw.append(weights)
-        self.sources.append(self._names.get(id(module), type(module).__name__))
+        self.sources.append(name)
+        self.kinds.append(_kind(module, name, weights))
 
     def __len__(self) -> int:
         return len(self.raw)
 
     def maps(self, index: int = 0, length: int | None = None,
-             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``(layers, heads, n, n)`` of sequence ``index`` of the batch, padding excluded,
+             attention_mask: torch.Tensor | None = None, *, kind: str | None = None,
+             key_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``(layers, heads, n_q, n_k)`` of sequence ``index`` of the batch, padding excluded,
         detached, float64.
 
         Args:
@@ -63,51 +90,143 @@ class Recording:
             attention_mask: ``(B, N)`` or ``(N,)`` with 1 at real tokens (Hugging Face's
                 polarity): picks the real positions wherever they are, so a left-padded batch
                 (the usual padding of decoder models) gives real rows, not padding.
+            kind: only the calls of this kind (``"self"``, ``"causal"``, ``"cross"``); needed
+                when an encoder-decoder recorded maps of several kinds.
+            key_attention_mask: the real positions of the keys where they differ from the
+                queries' (the encoder's mask for cross-attention); default ``attention_mask``.
         """
         if not self.raw:
             raise RuntimeError("no attention maps were recorded")
-        if attention_mask is not None:
-            m = attention_mask[index] if attention_mask.dim() == 2 else attention_mask
-            real = m.bool().nonzero().flatten().to(self.raw[0].device)
-            if length is not None and length != real.numel():
-                raise ValueError(f"length={length} but attention_mask marks {real.numel()} "
+        if kind is not None and kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
+        chosen = [w for w, k in zip(self.raw, self.kinds) if kind is None or k == kind]
+        if not chosen:
+            raise ValueError(f"no {kind} attention was recorded; recorded kinds: "
+                             f"{', '.join(sorted(set(self.kinds)))}")
+        if kind is None and len({w.shape[-2:] for w in chosen}) > 1:
+            raise ValueError("the recorded maps have different shapes (kinds: "
+                             f"{', '.join(sorted(set(self.kinds)))}); pick one with kind=")
+
+        def real(m):
+            m = m[index] if m.dim() == 2 else m
+            return m.bool().nonzero().flatten().to(chosen[0].device)
+
+        if attention_mask is not None or key_attention_mask is not None:
+            rows = real(attention_mask) if attention_mask is not None else None
+            cols = real(key_attention_mask) if key_attention_mask is not None else rows
+            if rows is None:
+                rows = torch.arange(chosen[0].shape[-2], device=chosen[0].device)
+            if length is not None and length != rows.numel():
+                raise ValueError(f"length={length} but attention_mask marks {rows.numel()} "
                                  "real tokens; give one of them")
-            return torch.stack([w[index][:, real][:, :, real].detach().double()
-                                for w in self.raw])
-        n = self.raw[0].shape[-1] if length is None else length
-        return torch.stack([w[index, :, :n, :n].detach().double() for w in self.raw])
+            return torch.stack([w[index][:, rows][:, :, cols].detach().double()
+                                for w in chosen])
+        n_q = chosen[0].shape[-2] if length is None else length
+        n_k = chosen[0].shape[-1] if length is None else length
+        return torch.stack([w[index, :, :n_q, :n_k].detach().double() for w in chosen])
+
+
+# Options transformers passes to an attention implementation that carry no attention semantics
+# (the model's own bookkeeping, forwarded through its ``**kwargs``).
+_HF_BOOKKEEPING = frozenset({
+    "output_attentions", "output_hidden_states", "use_cache", "return_dict", "position_ids",
+    "cache_position", "past_key_values", "past_key_value", "layer_idx", "deterministic",
+    "num_items_in_batch", "query_length", "key_length", "position_embeddings",
+    "output_router_logits", "return_dict", "token_type_ids",
+})
+# Options that change what attention computes and that the adapter cannot honour: refused.
+_HF_UNSUPPORTED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "indices",
+                   "block_indices", "seq_idx")
+_CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn",
+                "multihead_attn")
+
+
+class UnsupportedAttentionOption(ValueError):
+    """transformers asked the recorded attention for something attnlab cannot reproduce."""
 
 
 def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                  **kwargs):
-    """transformers' attention-interface signature, computed by attnlab's core."""
-    n_rep = query.shape[1] // key.shape[1]
-    if n_rep > 1:                                            # grouped-query attention
-        key = key.repeat_interleave(n_rep, dim=1)
-        value = value.repeat_interleave(n_rep, dim=1)
+                  is_causal=None, softcap=None, sliding_window=None, position_bias=None,
+                  s_aux=None, sinks=None, **kwargs):
+    """transformers' attention-interface signature, computed by attnlab's core.
+
+    Honours every option transformers passes that changes the result, with transformers'
+    own rules (those of its ``sdpa`` implementation): causality from ``is_causal`` or else the
+    module's ``is_causal`` attribute, applied only without a mask and for more than one query
+    (top-left: extra keys of a pre-filled static cache are dropped); ``scaling``; ``dropout``;
+    ``softcap`` (Gemma 2); ``sliding_window`` (keys ``j > i - sliding_window``); T5's additive
+    ``position_bias``; per-head sink logits (``s_aux`` / ``sinks``, gpt-oss). Packed-sequence
+    options (``cu_seq_lens_*``) are refused, as is any option it does not know.
+    """
+    for name in _HF_UNSUPPORTED:
+        if kwargs.get(name) is not None:
+            raise UnsupportedAttentionOption(
+                f"{type(module).__name__} passed {name}= (packed variable-length batches); "
+                "attnlab's recorder cannot reproduce it: record an unpacked, padded batch")
+    unknown = sorted(k for k, v in kwargs.items()
+                     if v is not None and k not in _HF_BOOKKEEPING and k not in _HF_UNSUPPORTED)
+    if unknown:
+        raise UnsupportedAttentionOption(
+            f"{type(module).__name__} passed attention option(s) {', '.join(unknown)} that "
+            "attnlab's recorder does not know, so the recorded maps could differ from what the "
+            "model computes; record it with a transformers version whose options attnlab knows, "
+            "or report the option")
+    n_q, n_k = query.shape[2], key.shape[2]
     mask = attention_mask
     if mask is not None:
-        mask = mask[..., : key.shape[-2]]
+        mask = mask[..., :n_k]
         if mask.dtype != torch.bool:
             mask = mask.to(query.dtype)                      # additive: 0 or a large negative
-    causal = bool(kwargs.get("is_causal", False)) and mask is None and query.shape[2] > 1
-    res = attention(query, key, value, mask=mask, causal=causal, scale=scaling,
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", False)
+    causal = bool(is_causal) and mask is None and n_q > 1
+    n_used = n_k
+    if causal and n_k > n_q:       # transformers' sdpa: a static cache's unwritten slots
+        n_used = n_q
+        key, value = key[:, :, :n_q], value[:, :, :n_q]
+        mask = None
+        if position_bias is not None:
+            position_bias = position_bias[..., :n_q]
+    if position_bias is not None:
+        bias = position_bias.to(query.dtype)
+        if mask is None:
+            mask = bias
+        elif mask.dtype == torch.bool:
+            mask = bias.masked_fill(~mask, float("-inf"))
+        else:
+            mask = bias + mask
+    window = None
+    if sliding_window is not None and causal:     # with a mask, the mask carries the window
+        window = (int(sliding_window) - 1, 0)
+    sink = s_aux if s_aux is not None else sinks
+    if sink is not None:
+        sink = sink.to(query.dtype)
+    n_rep = query.shape[1] // key.shape[1]
+    res = attention(query, key, value, mask=mask, causal=causal, window=window, scale=scaling,
+                    softcap=softcap, sinks=sink, enable_gqa=n_rep > 1,
                     dropout_p=dropout if module.training else 0.0, return_weights=True)
-    _recording.report(module, res.weights)
-    return res.out.transpose(1, 2).contiguous(), res.weights   # (B, N, H, D), (B, H, N, N)
+    weights = res.weights
+    if n_used < n_k:
+        weights = torch.nn.functional.pad(weights, (0, n_k - n_used))
+    _recording.report(module, weights)
+    return res.out.transpose(1, 2).contiguous(), weights      # (B, N, H, D), (B, H, N, N)
 
 
 def _register_hf() -> bool:
-    """Register attnlab's core as a transformers attention implementation, with the SDPA-style
-    mask (bool, True = may attend: the core's own polarity). Without a registered mask function
+    """Register attnlab's core as two transformers attention implementations that differ only
+    in the mask transformers builds for them: ``"attnlab"`` gets the SDPA-style bool mask,
+    ``"attnlab_eager"`` the eager float mask (0 or the dtype's minimum). Recording picks the one
+    of the model's own implementation, so even rows that mask every key (left padding) compute
+    what the model computes without the recorder. Without a registered mask function
     transformers builds no padding mask at all for an unknown implementation."""
     try:
         from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
     except ImportError:
         return False
-    AttentionInterface.register(HF_IMPLEMENTATION, _hf_attention)
-    AttentionMaskInterface.register(HF_IMPLEMENTATION, sdpa_mask)
+    for name, mask_fn in ((HF_IMPLEMENTATION, sdpa_mask), (HF_IMPLEMENTATION_EAGER, eager_mask)):
+        AttentionInterface.register(name, _hf_attention)
+        AttentionMaskInterface.register(name, mask_fn)
     return True
 
 
@@ -155,7 +274,8 @@ def record(model: nn.Module):
     hf_prev = None
     if _is_hf(model) and _register_hf():
         hf_prev = model.config._attn_implementation
-        model.set_attn_implementation(HF_IMPLEMENTATION)
+        model.set_attn_implementation(HF_IMPLEMENTATION_EAGER if hf_prev == "eager"
+                                      else HF_IMPLEMENTATION)
     fast = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     token = _recording.push(rec)
