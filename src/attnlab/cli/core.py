@@ -87,8 +87,10 @@ def inspect_cmd(
     text: Optional[str] = typer.Argument(None, help="Text to inspect (default: a short sentence)."),
     file: Optional[Path] = typer.Option(None, "--file", help="Corpus: one text per line "
                                         "(a tab separates the two sentences of a pair)."),
-    model: str = typer.Option("default", help="'default' (embedded all-MiniLM-L6-v2) or a local "
-                              "BERT folder."),
+    model: str = typer.Option("default", help="'default' (embedded all-MiniLM-L6-v2), "
+                              "'induction' (embedded causal model; TEXT = token ids 1-63), "
+                              "'dates' (embedded encoder-decoder; TEXT = a date), or a local "
+                              "Hugging Face folder (BERT, a decoder or an encoder-decoder)."),
     out: Path = typer.Option(Path("out/inspect"), help="Folder for the report (and figures)."),
     pair: Optional[str] = typer.Option(None, help="Second sentence of a pair (for TEXT)."),
     truncate: bool = typer.Option(False, "--truncate", help="Cut texts longer than the model's "
@@ -107,7 +109,6 @@ def inspect_cmd(
     """Capture, measure and label every attention head; write an offline HTML report."""
     from rich.progress import Progress
 
-    from attnlab.inspect.report import write_report
     from attnlab.inspect.run import DEFAULT_TEXT, TextTooLong, inspect_texts
 
     if file is not None:
@@ -125,6 +126,29 @@ def inspect_cmd(
     if target == "similarity" and texts[0][1] is None:
         raise UsageError("--target similarity explains a pair: give --pair (or a tab in the "
                          "first line of --file)")
+    generative = _generative_kind(model)
+    if generative is not None:
+        if file is not None or pair is not None:
+            raise UsageError(f"--model {model} inspects one text: give TEXT, not --file or "
+                             "--pair")
+        if target != "norm" or start_layer != 0 or position != 0 or flow:
+            raise UsageError(f"--target, --start-layer, --position and --flow apply to the "
+                             f"encoder models; --model {model} takes none of them")
+        from attnlab.inspect import generative as G
+
+        try:
+            with console.status(f"inspecting with {model}"):
+                ins = (G.inspect_induction(text) if generative == "induction"
+                       else G.inspect_dates(text) if generative == "dates"
+                       else G.inspect_hf(Path(model), text or DEFAULT_TEXT))
+        except (ValueError, FileNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+        settings = {"model": ins.model, "text": ins.texts[0][0],
+                    "tokens": len(ins.tokens),
+                    "layers x heads": f"{ins.layers} x {ins.heads}",
+                    "captures": ", ".join(c.kind for c in ins.captures)}
+        _finish(ins, out, settings, figures, len(ins.texts))
+        return
     try:
         with Progress(console=console, transient=True, disable=len(texts) < 2) as progress:
             task = progress.add_task("inspecting texts", total=len(texts))
@@ -144,9 +168,34 @@ def inspect_cmd(
                 "gradient target": target, "start layer": start_layer,
                 "flow position": f"{position} ({ins.tokens[position]})",
                 "truncate": "yes" if truncate else "no"}
+    _finish(ins, out, settings, figures, len(texts))
+
+
+def _generative_kind(model: str) -> str | None:
+    """``induction`` / ``dates`` / ``hf`` for the models the generative job inspects, None for
+    the BERT-style encoders of the main job."""
+    if model in ("induction", "dates"):
+        return model
+    config = Path(model) / "config.json"
+    if model != "default" and config.is_file():
+        import json
+
+        try:
+            cfg = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--model {model}: {config} is not valid JSON ({exc}); restore "
+                             "the checkpoint's config.json") from None
+        if cfg.get("model_type") not in (None, "bert"):
+            return "hf"
+    return None
+
+
+def _finish(ins, out: Path, settings: dict, figures: bool, n_texts: int) -> None:
+    from attnlab.inspect.report import write_report
+
     report = write_report(ins, out / "report.html", settings)
     counts = ", ".join(f"{k}: {v}" for k, v in ins.taxonomy.counts().items() if v)
-    console.print(f"{ins.layers} layers x {ins.heads} heads on {len(texts)} text(s); {counts}")
+    console.print(f"{ins.layers} layers x {ins.heads} heads on {n_texts} text(s); {counts}")
     console.print(f"JS distance between heads: same layer {ins.layer_summary['same_layer']:.3f}, "
                   f"across layers {ins.layer_summary['cross_layer']:.3f}")
     for note in ins.notes:

@@ -17,6 +17,10 @@ METRIC_TITLES = {
     "prev": "previous-token mass", "next": "next-token mass", "self": "self mass",
     "cls": "[CLS] mass", "sep": "[SEP] mass", "punct": "'.' and ',' mass",
     "first": "first-token (sink) mass", "within_segment": "within-sentence mass",
+    # causal models only (attnlab.inspect.heads, attnlab.inspect.ablation)
+    "prefix_matching": "induction (prefix-matching) score",
+    "duplicate": "duplicate-token score",
+    "ablation": "loss increase when zero-ablated",
 }
 
 
@@ -97,6 +101,10 @@ class HeadMetrics:
     punct: torch.Tensor
     first: torch.Tensor
     within_segment: torch.Tensor | None = None
+    # causal models: detector scores and zero-ablation importance, where measured
+    prefix_matching: torch.Tensor | None = None
+    duplicate: torch.Tensor | None = None
+    ablation: torch.Tensor | None = None
 
     @classmethod
     def mean(cls, items: list["HeadMetrics"]) -> "HeadMetrics":

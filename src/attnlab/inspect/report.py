@@ -75,7 +75,7 @@ class _Packer:
         self.size = 0
 
     def add(self, mats: torch.Tensor) -> tuple[int, list[float]]:
-        """``mats (k, n, n)`` -> (offset, per-matrix scales)."""
+        """``mats (k, n, m)`` -> (offset, per-matrix scales)."""
         mats = mats.float().clamp_min(0)
         flat = mats.reshape(mats.shape[0], -1)
         scales = flat.amax(-1).clamp_min(1e-12)                          # (k,)
@@ -93,11 +93,13 @@ def report_data(ins: Inspection) -> tuple[dict, str]:
     texts = []
     captures = ins.captures or []
     for c in captures:
-        L, H, n, _ = c.maps.shape
-        offset, scales = packer.add(c.maps.reshape(L * H, n, n))
+        L, H, n, m = c.maps.shape
+        offset, scales = packer.add(c.maps.reshape(L * H, n, m))
         label = c.text if c.pair is None else f"{c.text} | {c.pair}"
+        if c.kind != "self":
+            label = f"{c.kind}: {label}"
         texts.append({"label": label[:120], "tokens": c.tokens, "offset": offset,
-                      "scales": scales,
+                      "scales": scales, "keys": c.keys, "align": c.align, "labels": c.labels,
                       "segments": None if c.segments is None else c.segments.tolist()})
     first = {}
     eye = torch.eye(len(ins.tokens), dtype=torch.float64)
@@ -150,9 +152,28 @@ def write_report(ins: Inspection, path: Path, settings: dict[str, str]) -> Path:
                      f"(JS distance {d:.3f})</li>")
     flag_html = "<ul>" + "".join(flags) + "</ul>" if flags else "<p>none</p>"
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in ins.notes)
+    table = ""
+    if ins.head_table is not None:
+        t = ins.head_table
+        head = "".join(f"<th>{e(c)}</th>" for c in t["columns"])
+        body = "".join("<tr>" + "".join(
+            f"<td>{e(f'{v:.3f}' if isinstance(v, float) else str(v))}</td>" for v in row)
+            + "</tr>" for row in t["rows"])
+        table = (f'<section id="head-table"><h2>{e(t["title"])}</h2><p>{e(t["caption"])}</p>'
+                 f'<div style="overflow-x:auto"><table><tr>{head}</tr>{body}</table></div>'
+                 "</section>")
     summary = ins.layer_summary
     target = {"norm": "the norm of the pooled embedding",
-              "similarity": "the cosine similarity of the two sentences' embeddings"}[ins.target]
+              "similarity": "the cosine similarity of the two sentences' embeddings",
+              "loss": "the model's next-token loss"}.get(ins.target, ins.target)
+
+    attr_text = ("Rollout and attention flow (Abnar &amp; Zuidema 2020) and gradient-weighted "
+                 f"relevance (Chefer et al. 2021, target: {e(target)}; shown as R &#8722; I) "
+                 f"from layer {ins.start_layer}.")
+    if ins.gradient_layers is None:
+        attr_text = ("Rollout and attention flow (Abnar &amp; Zuidema 2020) from layer "
+                     f"{ins.start_layer}; gradient relevance is computed for the encoder "
+                     "models only.")
 
     def bar(prefix):
         return (f'<div class="bar" id="{prefix}-bar"><span class="lo"></span><canvas></canvas>'
@@ -188,8 +209,7 @@ weight. Hover a token to see what it attends to (left) or what attends to it (ri
 <div>{bar('map')}<div class="value" id="map-value">move over the map for its values</div>
 <table id="detail-metrics"></table></div></div></section>
 <section id="attribution"><h2>Attribution</h2>
-<p>Rollout and attention flow (Abnar &amp; Zuidema 2020) and gradient-weighted relevance
-(Chefer et al. 2021, target: {e(target)}; shown as R &#8722; I) from layer {ins.start_layer}.</p>
+<p>{attr_text}</p>
 <div class="controls"><select id="attr-kind"></select>
 <input type="range" id="attr-layer" min="0" step="1"> <span id="attr-layer-label"></span></div>
 <div class="panel"><div id="attr-axes"></div><canvas class="heat" id="attr-canvas"></canvas>
@@ -202,6 +222,7 @@ weight. Hover a token to see what it attends to (left) or what attends to it (ri
 different layers {summary['cross_layer']:.3f}.</p>
 <h3>Heads by Jensen-Shannon distance (metric MDS; label layer.head)</h3>
 <canvas id="mds" width="760" height="420"></canvas><div id="legend"></div></section>
+{table}
 <section id="metrics"><h2>Metric grids</h2><div id="metric-grids"></div></section>
 <footer><p>attnlab {e(__version__)}; labels: {e(', '.join(LABELS))}.</p></footer>
 <script type="application/json" id="data">{_json_island(data)}</script>

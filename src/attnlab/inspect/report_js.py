@@ -30,12 +30,15 @@ const LABEL_COLORS = D.label_colors;
 const S = {text: 0, layer: 0, head: 0, heads: new Set([0]), words: false, shared: false,
            attr: D.first.flow ? 'flow' : 'rollout', attrLayer: D.layers - 1, pair: 'all'};
 // A matrix view: values (Float32Array n*n), n, and its labels.
+// A cross-attention text carries its key tokens (the source) apart from its query tokens.
 function headMatrix(t, l, h){
-  const T = D.texts[t], n = T.tokens.length, off = T.offset + (l * D.heads + h) * n * n;
-  const sc = T.scales[l * D.heads + h] / 255, m = new Float32Array(n * n);
-  for (let i = 0; i < n * n; i++) m[i] = BYTES[off + i] * sc;
-  return {m, n, rows: T.tokens, cols: T.tokens};
+  const T = D.texts[t], nr = T.tokens.length, cols = T.keys || T.tokens, nc = cols.length;
+  const off = T.offset + (l * D.heads + h) * nr * nc;
+  const sc = T.scales[l * D.heads + h] / 255, m = new Float32Array(nr * nc);
+  for (let i = 0; i < nr * nc; i++) m[i] = BYTES[off + i] * sc;
+  return {m, n: T.keys ? null : nr, nr, nc, rows: T.tokens, cols, align: T.align};
 }
+const labelsOf = t => D.texts[t].labels || D.labels;
 function attrMatrix(kind, l){
   const A = D.first[kind];
   if (!A) return null;
@@ -72,6 +75,7 @@ function pairBlock(M, T){
   return {m: out, n: null, nr: R.length, nc: C.length, rows: R.map(i => M.rows[i]), cols: C.map(j => M.cols[j])};
 }
 function view(M, T){
+  if (T.keys) return M;                     // cross-attention: no word merging, no pair blocks
   let V = S.words ? toWords(M, T) : M;
   V = pairBlock(V, T);
   if (V.nr === undefined) { V.nr = V.n; V.nc = V.n; }
@@ -95,9 +99,21 @@ function colorbar(el, vmax, label){
   el.querySelector('.hi').textContent = vmax.toPrecision(3);
   el.querySelector('.what').textContent = label;
 }
+// The alignment a model is known to follow, as white outlines on a heatmap drawn at 16 px a
+// cell (only small cross-attention maps carry one).
+function drawAligned(canvas, V, vmax){
+  const k = 16; canvas.width = V.nc * k; canvas.height = V.nr * k;
+  const ctx = canvas.getContext('2d');
+  for (let i = 0; i < V.nr; i++) for (let j = 0; j < V.nc; j++) {
+    const c = Math.max(0, Math.min(255, Math.round(V.m[i * V.nc + j] / vmax * 255)));
+    ctx.fillStyle = 'rgb(' + LUT[3 * c] + ',' + LUT[3 * c + 1] + ',' + LUT[3 * c + 2] + ')'; ctx.fillRect(j * k, i * k, k, k); }
+  ctx.strokeStyle = '#fff'; ctx.lineWidth = 2;
+  V.align.forEach((j, i) => { if (j !== null && j !== undefined) ctx.strokeRect(j * k + 2, i * k + 2, k - 4, k - 4); });
+  canvas.dataset.aligned = V.align.filter(j => j !== null && j !== undefined).length;
+}
 function heatPanel(prefix, V, label){
   const canvas = $(prefix + '-canvas'), vmax = S.shared && prefix === 'map' ? 1 : maxOf(V.m);
-  drawHeat(canvas, V, vmax);
+  if (V.align && prefix === 'map') drawAligned(canvas, V, vmax); else { drawHeat(canvas, V, vmax); delete canvas.dataset.aligned; }
   const size = Math.min(640, Math.max(240, 12 * Math.max(V.nr, V.nc)));
   canvas.style.width = size * V.nc / Math.max(V.nr, V.nc) + 'px';
   canvas.style.height = size * V.nr / Math.max(V.nr, V.nc) + 'px';
@@ -134,7 +150,7 @@ function modelView(){
     const lab = document.createElement('div'); lab.className = 'lab'; lab.textContent = 'L' + l; grid.appendChild(lab);
     for (let h = 0; h < D.heads; h++) {
       const b = document.createElement('button'); b.className = 'head'; b.dataset.layer = l; b.dataset.head = h;
-      const cls = D.labels[l][h]; b.title = 'layer ' + l + ', head ' + h + ': ' + cls;
+      const cls = labelsOf(S.text)[l][h]; b.title = 'layer ' + l + ', head ' + h + ': ' + cls;
       b.style.borderColor = LABEL_COLORS[cls];
       const c = document.createElement('canvas'); drawThumb(c, view(headMatrix(S.text, l, h), D.texts[S.text]));
       b.appendChild(c);
@@ -198,9 +214,11 @@ function headView(){
 function headDetail(){
   const l = S.layer, h = S.head;
   document.querySelectorAll('button.head').forEach(b => b.classList.toggle('sel', +b.dataset.layer === l && +b.dataset.head === h));
-  $('detail-title').textContent = 'Layer ' + l + ', head ' + h + ' \u2014 ' + D.labels[l][h];
+  $('detail-title').textContent = 'Layer ' + l + ', head ' + h + ' \u2014 ' + labelsOf(S.text)[l][h] +
+    (D.texts[S.text].align ? ' (white outlines: the source token each output token is known to read)' : '');
   heatPanel('map', view(headMatrix(S.text, l, h), D.texts[S.text]), 'attention weight');
   const tb = $('detail-metrics'); tb.replaceChildren();
+  if (D.texts[S.text].labels) return;   // the metrics are those of the main capture only
   for (const k of Object.keys(D.metrics)) { const tr = document.createElement('tr'); const a = document.createElement('th');
     a.textContent = D.metric_titles[k] || k; const b = document.createElement('td'); b.textContent = D.metrics[k][l][h].toFixed(3);
     tr.append(a, b); tb.appendChild(tr); }

@@ -37,13 +37,22 @@ class TextTooLong(ValueError):
 
 @dataclass
 class TextMaps:
-    """One text's capture: tokens, sentence ids of a pair (or None), maps ``(L, H, n, n)``."""
+    """One text's capture: tokens, sentence ids of a pair (or None), maps ``(L, H, n, n)``.
+
+    Cross-attention of an encoder-decoder is a capture too: ``tokens`` are its queries (the
+    output), ``keys`` the source tokens, maps ``(L, H, n_out, n_src)``, ``align`` the source
+    index each output token is known to read (None where nothing in particular) and
+    ``labels`` its own ``[layer][head]`` classes; ``kind`` names it in the report."""
 
     text: str
     pair: str | None
     tokens: list[str]
     segments: torch.Tensor | None
     maps: torch.Tensor
+    keys: list[str] | None = None
+    kind: str = "self"
+    align: list[int | None] | None = None
+    labels: list[list[str]] | None = None
 
 
 @dataclass
@@ -70,6 +79,7 @@ class Inspection:
     flow_position: int = 0
     target: str = "norm"
     start_layer: int = 0
+    head_table: dict | None = None       # {"caption", "columns", "rows"} for the report
 
     @property
     def layers(self) -> int:

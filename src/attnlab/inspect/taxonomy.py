@@ -17,6 +17,10 @@ Thresholds, with their source:
   average entropy above 3.8 nats on their 128-token segments, 78% of ln 128), near-uniform
   (flagged as degenerate) at 95%.
 * near-duplicate heads (flagged): Jensen-Shannon distance below 0.1 (attnlab's threshold).
+* induction and duplicate token (causal models, scores from :mod:`attnlab.inspect.heads`
+  when given): a prefix-matching or duplicate-token score above 0.5 (attnlab's threshold;
+  Olsson et al. 2022 rank heads by the score without a cut-off). They take precedence over
+  the positional labels: an induction head is also "off by one" from the duplicate.
 * heterogeneous: none of the above.
 """
 
@@ -36,9 +40,10 @@ NEAR_UNIFORM = 0.95
 DUPLICATE = 0.1
 
 LABELS = ("previous token", "next token", "self", "sink", "special token", "block", "broad",
-          "heterogeneous")
+          "heterogeneous", "induction", "duplicate token")
 LABEL_COLORS = dict(zip(LABELS, ["#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e",
-                                 "#8c564b", "#2ca02c", "#7f7f7f"]))
+                                 "#8c564b", "#2ca02c", "#7f7f7f", "#e377c2", "#bcbd22"]),
+                    cross="#444444")        # cross-attention heads: no positional class
 
 
 @dataclass
@@ -55,8 +60,12 @@ class Taxonomy:
         return out
 
 
-def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None) -> Taxonomy:
-    """Label every head of ``m`` (``(L, H)`` metrics); ``dist`` is the JS distance matrix."""
+def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None, *,
+                induction: torch.Tensor | None = None,
+                duplicate: torch.Tensor | None = None) -> Taxonomy:
+    """Label every head of ``m`` (``(L, H)`` metrics); ``dist`` is the JS distance matrix;
+    ``induction`` / ``duplicate`` the ``(L, H)`` detector scores of a causal model."""
+    from attnlab.inspect.heads import DUPLICATE as DUP_SCORE, INDUCTION
     n_layers, n_heads = m.entropy.shape
     labels = []
     for layer in range(n_layers):
@@ -67,7 +76,11 @@ def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None) -> Taxonomy:
             def v(t):
                 return float(t[g])
 
-            if v(m.prev) > MASS or v(m.prev_argmax) >= ARGMAX:
+            if induction is not None and float(induction[g]) > INDUCTION:
+                label = "induction"
+            elif duplicate is not None and float(duplicate[g]) > DUP_SCORE:
+                label = "duplicate token"
+            elif v(m.prev) > MASS or v(m.prev_argmax) >= ARGMAX:
                 label = "previous token"
             elif v(m.next) > MASS or v(m.next_argmax) >= ARGMAX:
                 label = "next token"

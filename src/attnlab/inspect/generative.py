@@ -1,0 +1,214 @@
+"""Inspection of causal language models and encoder-decoders: attnlab's embedded ``induction``
+and ``dates`` models, and any local Hugging Face decoder or encoder-decoder folder.
+
+Same :class:`~attnlab.inspect.run.Inspection` as the encoder job, so the same report draws it:
+
+* causal models: the maps are lower triangles; the causal-model detectors
+  (:mod:`attnlab.inspect.heads`) join the metrics and the taxonomy, and a table sets each
+  head's attention mass (on the first token, the usual sink) beside the change of the loss
+  when the head is zero-ablated (:mod:`attnlab.inspect.ablation`; Michel et al. 2019);
+* encoder-decoders: the encoder's self-attention is the main capture (metrics, taxonomy,
+  rollout), the decoder's causal self-attention over the generated tokens and the
+  cross-attention (output tokens x source tokens) are two more captures the report's text
+  selector switches to; the dates model's cross-attention carries the known alignment.
+"""
+
+from __future__ import annotations
+
+import calendar
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.inspect.ablation import head_importance
+from attnlab.inspect.attribution import flow_from, rollout
+from attnlab.inspect.capture import record
+from attnlab.inspect.heads import duplicate_token_scores, induction_scores
+from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
+from attnlab.inspect.run import Inspection, TextMaps
+from attnlab.inspect.taxonomy import label_heads
+
+DEFAULT_DATE = "3 March 2021"
+
+
+def _square(maps, tokens, text, notes, *, kind="self", position=0, ids=None, extra=None,
+            table=None, model="", start_layer=0):
+    """An Inspection of one square capture ``maps (L, H, n, n)``."""
+    metrics = head_metrics(maps, tokens)
+    induction = duplicate = None
+    if ids is not None:
+        induction = induction_scores(maps, ids)
+        duplicate = duplicate_token_scores(maps, ids)
+        metrics.prefix_matching = induction
+        metrics.duplicate = duplicate
+    for k, v in (extra or {}).items():
+        setattr(metrics, k, v)
+    dist = js_distances(maps)
+    roll = rollout(maps, start_layer=start_layer, per_layer=True)
+    f_from = flow_from(maps[start_layer:], position) if len(tokens) <= 128 else None
+    return Inspection(
+        model=model, texts=[(text, None)], tokens=tokens, maps=maps, segments=None,
+        metrics=metrics, per_text=[metrics], dist=dist, xy=embed_2d(dist),
+        layer_summary=layer_distance_summary(dist, maps.shape[1]),
+        taxonomy=label_heads(metrics, dist, induction=induction, duplicate=duplicate),
+        rollout=roll[-1], flow=None, gradient=None, notes=notes,
+        captures=[TextMaps(text, None, tokens, None, maps.float(), kind=kind)],
+        rollout_layers=roll, flow_from=f_from, flow_position=position, target="loss",
+        start_layer=start_layer, head_table=table)
+
+
+def _ablation_table(maps, importance, what):
+    first = maps[..., 0].mean(-1)                                   # (L, H) mass on token 0
+    rows = []
+    for layer in range(maps.shape[0]):
+        for head in range(maps.shape[1]):
+            rows.append([f"L{layer}H{head}", float(first[layer, head]),
+                         float(maps[layer, head].amax(-1).mean()),
+                         float(importance[layer, head])])
+    return {"title": "Attention mass and ablation",
+            "caption": f"Per head: the mean weight on the first token (the usual sink), the mean "
+                       f"largest weight, and the change of {what} when the head's output is "
+                       "zeroed (Michel et al. 2019). High weight is not effect: compare the "
+                       "columns.",
+            "columns": ["head", "first-token mass", "mean max weight", "loss increase"],
+            "rows": rows}
+
+
+def _parse_ids(text: str, vocab: int) -> torch.Tensor:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"the induction model reads token ids 1..{vocab - 1} separated by "
+                         f"spaces (for example '5 17 33 5 17'), got {text[:60]!r}") from None
+    bad = [i for i in ids if not 1 <= i < vocab]
+    if not ids or bad:
+        raise ValueError(f"token ids must be in 1..{vocab - 1} (0 is BOS and is added), got "
+                         f"{bad[:5] if bad else 'none'}")
+    return torch.tensor([0] + ids)
+
+
+def inspect_induction(text: str | None = None) -> Inspection:
+    """The ``induction`` model on ``text`` (token ids) or, by default, BOS + 5 random tokens
+    + a 20-token segment + the same segment (seed 0)."""
+    from attnlab import zoo
+    from attnlab.zoo.induction import repeat_losses, repeated_tokens
+
+    model = zoo.load("induction")
+    c = model.config
+    if text is None:
+        ids = repeated_tokens(1, 20, c.vocab, prefix=5,
+                              generator=torch.Generator().manual_seed(0))[0]
+        text = " ".join(str(i) for i in ids[1:].tolist())
+    else:
+        ids = _parse_ids(text, c.vocab)
+    if ids.numel() > c.max_len:
+        raise ValueError(f"the induction model takes {c.max_len} positions (BOS included); "
+                         f"the text has {ids.numel()}")
+    with torch.no_grad(), record(model) as rec:
+        model(ids[None])
+    maps = rec.maps(0)                                                  # (L, H, n, n)
+    tokens = ["BOS"] + [f"t{i}" for i in ids[1:].tolist()]
+    batch = repeated_tokens(64, 20, c.vocab, prefix=7, generator=torch.Generator().manual_seed(1))
+    importance = head_importance(model, lambda: repeat_losses(model, batch, 20)[1])
+    table = _ablation_table(maps, importance,
+                            "the second-repeat loss on 64 sequences of 7 random + 20 + the "
+                            "same 20 tokens")
+    notes = [f"second-repeat loss {repeat_losses(model, batch, 20)[1]:.3f} nats against "
+             f"{repeat_losses(model, batch, 20)[0]:.3f} on the first repeat (64 sequences)"]
+    return _square(maps, tokens, text, notes, kind="causal", ids=ids, position=len(tokens) - 1,
+                   extra={"ablation": importance}, table=table, model="induction (embedded)")
+
+
+def inspect_dates(text: str | None = None) -> Inspection:
+    """The ``dates`` model on a date as typed (default ``"3 March 2021"``)."""
+    from attnlab import zoo
+    from attnlab.zoo.dates import S_INDEX, T_INDEX, TARGET_VOCAB, tokenize
+
+    model = zoo.load("dates")
+    text = DEFAULT_DATE if text is None else text
+    source = tokenize(text)
+    src = torch.tensor([[S_INDEX[t] for t in source]])
+    out = model.translate(src)[0]                                       # (11,) chars + EOS
+    tgt_in = torch.cat([torch.tensor([T_INDEX["<s>"]]), out[:-1]])[None]
+    with torch.no_grad(), record(model) as rec:
+        model(src, tgt_in)
+    enc = rec.maps(0, kind="self")                                      # (L, H, S, S)
+    dec = rec.maps(0, kind="causal")                                    # (L, H, T, T)
+    cross = rec.maps(0, kind="cross")                                   # (L, H, T, S)
+    produced = [TARGET_VOCAB[i] for i in out.tolist()]
+    written = "".join(t for t in produced if len(t) == 1)
+    inputs = ["<s>"] + produced[:-1]
+    align = _known_alignment(source, written)
+    notes = [f"{text!r} -> {written!r}"]
+    ins = _square(enc, source, text, notes, model="dates (embedded)")
+    queries = [f"{q}\u2192{p}" for q, p in zip(inputs, produced)]       # input -> prediction
+    cross_labels = [["cross"] * cross.shape[1] for _ in range(cross.shape[0])]
+    dec_metrics = head_metrics(dec, inputs)
+    ins.captures += [
+        TextMaps(text, None, inputs, None, dec.float(), kind="decoder self (causal)",
+                 labels=label_heads(dec_metrics).labels),
+        TextMaps(text, None, queries, None, cross.float(), keys=source, kind="cross-attention",
+                 align=align, labels=cross_labels)]
+    return ins
+
+
+def _known_alignment(source: list[str], written: str) -> list[int | None] | None:
+    """Per decoder position (10 characters, then EOS), the source token it should read when the
+    output is a well-formed date whose parts the source holds; None where it reads nothing."""
+    from attnlab.zoo.dates import FORMATS, example
+
+    try:
+        year, month, day = (int(x) for x in written.split("-"))
+        calendar.monthrange(year, month)
+    except (ValueError, calendar.IllegalMonthError):
+        return None
+    for fmt in FORMATS:
+        e = example(year, month, day, fmt)
+        if e.source == source:
+            return e.align + [None]
+    return None
+
+
+def inspect_hf(path: Path, text: str) -> Inspection:
+    """A local Hugging Face decoder (causal LM) or encoder-decoder folder on ``text``."""
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--model {path}: transformers cannot load a config and tokenizer "
+                         f"from it ({str(exc).splitlines()[0]})") from None
+    cls = (transformers.AutoModelForSeq2SeqLM if config.is_encoder_decoder
+           else transformers.AutoModelForCausalLM)
+    model = cls.from_pretrained(str(path), local_files_only=True).eval()
+    batch = tok([text], return_tensors="pt")
+    ids = batch["input_ids"][0]
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
+                                                                         None)
+    if limit is not None and ids.numel() > limit:
+        raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
+                         f"of {path.name}; shorten it")
+    tokens = tok.convert_ids_to_tokens(ids.tolist())
+    if not config.is_encoder_decoder:
+        with torch.no_grad(), record(model) as rec:
+            logits = model(**batch).logits
+        maps = rec.maps(0)
+        loss = F.cross_entropy(logits[0, :-1], ids[1:]).item()
+        return _square(maps, tokens, text, [f"next-token loss on the text {loss:.3f} nats"],
+                       kind="causal", ids=ids, position=len(tokens) - 1, model=path.name)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=32, do_sample=False)
+        with record(model) as rec:
+            model(**batch, decoder_input_ids=out)
+    enc, dec, cross = (rec.maps(0, kind=k) for k in ("self", "causal", "cross"))
+    out_tokens = tok.convert_ids_to_tokens(out[0].tolist())
+    ins = _square(enc, tokens, text, [f"generated: {tok.decode(out[0], skip_special_tokens=True)!r}"],
+                  model=path.name)
+    ins.captures += [
+        TextMaps(text, None, out_tokens, None, dec.float(), kind="decoder self (causal)",
+                 labels=label_heads(head_metrics(dec, out_tokens)).labels),
+        TextMaps(text, None, out_tokens, None, cross.float(), keys=tokens, kind="cross-attention",
+                 labels=[["cross"] * cross.shape[1] for _ in range(cross.shape[0])])]
+    return ins

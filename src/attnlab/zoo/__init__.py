@@ -1,0 +1,80 @@
+"""Small models attnlab trains itself and ships, whose heads are known by construction.
+
+* ``induction`` (:mod:`attnlab.zoo.induction`): a 2-layer attention-only causal transformer
+  trained on repeated random tokens; it forms previous-token heads in layer 0 and induction
+  heads in layer 1 (Olsson et al. 2022).
+* ``dates`` (:mod:`attnlab.zoo.dates`): an encoder-decoder Transformer that rewrites dates in
+  seven formats and four languages into ISO 8601; which source token each output character
+  reads is known, so its cross-attention alignment is known.
+
+Weights are safetensors in the package (``zoo/weights``), with their configuration as JSON;
+``scripts/train_zoo.py`` retrains them from their seeds.
+
+    >>> from attnlab import zoo
+    >>> model = zoo.load("induction")
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+NAMES = ("induction", "dates")
+
+
+def _classes(name: str):
+    if name == "induction":
+        from attnlab.zoo.induction import InductionConfig, InductionLM
+        return InductionConfig, InductionLM
+    from attnlab.zoo.dates import DatesConfig, DatesModel
+    return DatesConfig, DatesModel
+
+
+def weights_dir() -> Path:
+    return Path(str(resources.files("attnlab.zoo") / "weights"))
+
+
+def _check(name: str) -> None:
+    if name not in NAMES:
+        raise ValueError(f"no embedded model {name!r}; the embedded models are "
+                         f"{', '.join(NAMES)}")
+
+
+def load(name: str) -> torch.nn.Module:
+    """The shipped model ``name`` (one of :data:`NAMES`), in eval mode on the CPU."""
+    from safetensors.torch import load_file
+
+    _check(name)
+    folder = weights_dir()
+    weights, config = folder / f"{name}.safetensors", folder / f"{name}.json"
+    if not weights.is_file() or not config.is_file():
+        raise FileNotFoundError(f"the {name} model's files are missing from {folder}; "
+                                "reinstall attnlab or run scripts/train_zoo.py")
+    config_cls, model_cls = _classes(name)
+    model = model_cls(config_cls(**json.loads(config.read_text())["config"]))
+    model.load_state_dict(load_file(str(weights)))
+    return model.eval()
+
+
+def save(name: str, model: torch.nn.Module, folder: Path, facts: dict) -> None:
+    """Write ``name.safetensors`` and ``name.json`` (config and the measured ``facts``)."""
+    from safetensors.torch import save_file
+
+    from attnlab._files import atomic_path, write_text_atomic
+
+    _check(name)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    with atomic_path(folder / f"{name}.safetensors") as tmp:
+        save_file(state, str(tmp))
+    write_text_atomic(folder / f"{name}.json",
+                      json.dumps({"config": model.dict_config(), "facts": facts}, indent=2,
+                                 ensure_ascii=False) + "\n")
+
+
+def facts(name: str) -> dict:
+    """What the training script measured when it wrote the shipped weights."""
+    _check(name)
+    return json.loads((weights_dir() / f"{name}.json").read_text())["facts"]

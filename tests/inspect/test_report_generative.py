@@ -1,0 +1,86 @@
+"""The report of a causal model and of an encoder-decoder, drawn in headless Chromium."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from attnlab.inspect.generative import inspect_dates, inspect_induction
+from attnlab.inspect.report import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+browser_needed = pytest.mark.skipif(CHROMIUM is None and not __import__("os").environ.get("CI"),
+                                    reason="needs Debian's chromium; .ci/run installs it")
+
+
+@pytest.fixture(scope="module")
+def dates_ins():
+    return inspect_dates("3. März 2021")
+
+
+def test_dates_inspection_has_three_captures(dates_ins):
+    kinds = [c.kind for c in dates_ins.captures]
+    assert kinds == ["self", "decoder self (causal)", "cross-attention"]
+    cross = dates_ins.captures[2]
+    assert cross.maps.shape[-2:] == (11, 7) and cross.keys == tokenize_source()
+    assert cross.align[:4] == [3, 4, 5, 6] and cross.align[5:7] == [2, 2]
+    dec = dates_ins.captures[1].maps
+    assert not torch.triu(dec, diagonal=1).any()
+    assert dates_ins.notes[0].endswith("'2021-03-03'")
+
+
+def tokenize_source():
+    from attnlab.zoo.dates import tokenize
+    return tokenize("3. März 2021")
+
+
+def _open(path):
+    from playwright.sync_api import sync_playwright
+
+    p = sync_playwright().start()
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page(viewport={"width": 1300, "height": 1600})
+    errors, requests = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    return p, browser, page, errors, requests
+
+
+@browser_needed
+def test_cross_attention_view_in_chromium(dates_ins, tmp_path):
+    path = write_report(dates_ins, tmp_path / "report.html", {"model": "dates"})
+    p, browser, page, errors, requests = _open(path)
+    try:
+        assert page.locator("#text option").count() == 3
+        page.select_option("#text", "2")                     # the cross-attention capture
+        page.click("button.head[data-layer='1'][data-head='0']")
+        assert int(page.get_attribute("#map-canvas", "data-aligned")) == 7   # 4 + 2 + 1
+        assert "known to read" in page.text_content("#detail-title")
+        assert page.locator("#hv-q .tok").count() == 11      # output tokens
+        assert page.locator("#hv-k .tok").count() == 7       # source tokens
+        page.hover("#hv-q .tok >> nth=0")
+        assert page.get_attribute("#hv", "data-lines") == "q0"
+        assert errors == [] and all(u.startswith("file:") for u in requests)
+    finally:
+        browser.close()
+        p.stop()
+
+
+@browser_needed
+def test_causal_report_in_chromium(tmp_path):
+    ins = inspect_induction("5 9 14 22 5 9 14 22")
+    path = write_report(ins, tmp_path / "report.html", {"model": "induction"})
+    data = json.loads(path.read_text().split('id="data">')[1].split("</script>")[0])
+    assert "prefix_matching" in data["metrics"] and "ablation" in data["metrics"]
+    p, browser, page, errors, requests = _open(path)
+    try:
+        assert page.locator("button.head").count() == 8
+        assert page.locator("#head-table tr").count() == 9   # header + 8 heads
+        assert errors == []
+    finally:
+        browser.close()
+        p.stop()
