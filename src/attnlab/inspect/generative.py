@@ -184,6 +184,7 @@ def inspect_hf(path: Path, text: str) -> Inspection:
            else transformers.AutoModelForCausalLM)
     model = cls.from_pretrained(str(path), local_files_only=True).eval()
     batch = tok([text], return_tensors="pt")
+    batch = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
     ids = batch["input_ids"][0]
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
                                                                          None)
