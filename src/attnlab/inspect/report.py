@@ -45,6 +45,8 @@ button.head.sel{outline:3px solid #000} button.head canvas{display:block;width:5
 canvas.heat{image-rendering:pixelated;border:1px solid #ccc}
 .rowlabels{display:flex;flex-direction:column;justify-content:space-around;font-size:10px;text-align:right;font-family:ui-monospace,monospace}
 .bar{font-size:12px} .bar canvas{width:200px;height:12px;vertical-align:middle;margin:0 4px}
+.collabels{display:flex;font-size:10px;font-family:ui-monospace,monospace}
+.collabels div{writing-mode:vertical-rl;text-align:left;overflow:hidden;max-height:70px}
 .value{font-family:ui-monospace,monospace;font-size:12px;min-height:1.4em}
 .note{color:#8a5300} .tag{display:inline-block;padding:1px 6px;border-radius:8px;color:#fff;font-size:12px;margin:2px}
 table.mg{display:inline-table;margin:6px 10px 6px 0} table.mg td{padding:1px 3px;font-size:10px;text-align:center}
@@ -205,14 +207,14 @@ weight. Hover a token to see what it attends to (left) or what attends to it (ri
 <div class="col" id="hv-k"></div></div></section>
 <section><h2 id="detail-title">Layer 0, head 0</h2>
 <label><input type="checkbox" id="shared"> shared colour scale (0&#8211;1) instead of per map</label>
-<div class="panel"><div id="map-axes"></div><canvas class="heat" id="map-canvas"></canvas>
+<div class="panel"><div id="map-axes"></div><div><canvas class="heat" id="map-canvas"></canvas><div class="collabels" id="map-cols"></div></div>
 <div>{bar('map')}<div class="value" id="map-value">move over the map for its values</div>
 <table id="detail-metrics"></table></div></div></section>
 <section id="attribution"><h2>Attribution</h2>
 <p>{attr_text}</p>
 <div class="controls"><select id="attr-kind"></select>
 <input type="range" id="attr-layer" min="0" step="1"> <span id="attr-layer-label"></span></div>
-<div class="panel"><div id="attr-axes"></div><canvas class="heat" id="attr-canvas"></canvas>
+<div class="panel"><div id="attr-axes"></div><div><canvas class="heat" id="attr-canvas"></canvas><div class="collabels" id="attr-cols"></div></div>
 <div>{bar('attr')}<div class="value" id="attr-value"></div></div></div>
 <div id="flow-from"></div><div class="value" id="flow-value"></div></section>
 <section id="taxonomy"><h2>Head taxonomy</h2>

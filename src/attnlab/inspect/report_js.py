@@ -124,6 +124,11 @@ function heatPanel(prefix, V, label){
     V.rows.forEach(t => { const s = document.createElement('div'); s.textContent = t; rows.appendChild(s); });
     rows.style.height = canvas.style.height; ax.appendChild(rows);
   }
+  const cl = $(prefix + '-cols'); cl.replaceChildren();
+  if (Math.max(V.nr, V.nc) <= 80) {        // and the keys under the map
+    cl.style.width = canvas.style.width;
+    V.cols.forEach(t => { const s = document.createElement('div'); s.textContent = t; s.style.width = 100 / V.nc + '%'; cl.appendChild(s); });
+  }
   canvas.onmousemove = e => { const r = canvas.getBoundingClientRect();
     const j = Math.floor((e.clientX - r.left) / r.width * V.nc), i = Math.floor((e.clientY - r.top) / r.height * V.nr);
     if (i < 0 || j < 0 || i >= V.nr || j >= V.nc) return;
