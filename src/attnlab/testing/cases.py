@@ -1,0 +1,138 @@
+"""The conformance cases of :func:`attnlab.testing.check_attention`.
+
+A case is a name, the feature it needs (``None`` for every variant), a shape and a builder
+``(shape, generator) -> (q, k, v, options)``: the same builder rebuilt on smaller shapes gives
+the smallest failing input. Shapes are ``(B, H, N_q, N_k, D)``; the default ones cross the tile
+sizes of the usual kernels (64 and 128) and use distinct sizes so that a swapped axis fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Shape = tuple[int, int, int, int, int]
+FEATURES = ("causal", "window", "mask", "float_mask", "dropout", "lse", "gqa", "softcap",
+            "sinks", "scale")
+
+# Smaller shapes tried, smallest first, when a case fails.
+SHRINK: tuple[Shape, ...] = ((1, 1, 1, 1, 4), (1, 1, 2, 3, 4), (1, 2, 3, 5, 4), (2, 2, 5, 7, 8),
+                             (1, 2, 17, 23, 8), (2, 3, 65, 70, 16), (1, 2, 129, 140, 16))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    needs: str | None
+    shape: Shape
+    build: Callable[[Shape, torch.Generator], tuple]
+    grad: bool = True
+
+
+def _qkv(shape, g, kv_heads=None, scale=1.0):
+    b, h, nq, nk, d = shape
+    hk = h if kv_heads is None else kv_heads
+    q = torch.randn(b, h, nq, d, generator=g, dtype=torch.float64) * scale
+    k = torch.randn(b, hk, nk, d, generator=g, dtype=torch.float64) * scale
+    v = torch.randn(b, hk, nk, d + 3, generator=g, dtype=torch.float64)   # D_v != D_k
+    return q, k, v
+
+
+def plain(shape, g):
+    return (*_qkv(shape, g), {})
+
+
+def scaled(shape, g):
+    return (*_qkv(shape, g), {"scale": 0.37})
+
+
+def large_logits(shape, g):
+    return (*_qkv(shape, g, scale=12.0), {})
+
+
+def causal(shape, g):
+    return (*_qkv(shape, g), {"causal": True})
+
+
+def window(shape, g):
+    return (*_qkv(shape, g), {"window": (3, 1)})
+
+
+def _bool(shape, g, pattern):
+    b, h, nq, nk, _ = shape
+    dims = {"(N_q, N_k)": (nq, nk), "(B, 1, N_q, N_k)": (b, 1, nq, nk),
+            "(1, H, 1, N_k)": (1, h, 1, nk), "(B, 1, 1, N_k)": (b, 1, 1, nk),
+            "(B, H, N_q, 1)": (b, h, nq, 1)}[pattern]
+    m = torch.rand(dims, generator=g) > 0.3
+    if pattern != "(B, H, N_q, 1)":
+        m[..., 0] = True                      # no fully masked row (that case is separate)
+    return m
+
+
+def bool_mask(pattern):
+    def build(shape, g):
+        return (*_qkv(shape, g), {"mask": _bool(shape, g, pattern)})
+    build.__name__ = f"bool_mask{pattern}"
+    return build
+
+
+def float_mask(shape, g):
+    b, h, nq, nk, _ = shape
+    m = torch.randn(1, h, nq, nk, generator=g, dtype=torch.float64)
+    m[..., nk // 2:] = float("-inf") if nk > 1 else 0.0
+    return (*_qkv(shape, g), {"mask": m})
+
+
+def masked_rows(shape, g):
+    """Every other query may attend nothing: output 0, no NaN, zero gradients."""
+    b, h, nq, nk, _ = shape
+    m = torch.ones(b, 1, nq, nk, dtype=torch.bool)
+    m[:, :, ::2] = False
+    return (*_qkv(shape, g), {"mask": m})
+
+
+def gqa(shape, g):
+    b, h, nq, nk, d = shape
+    return (*_qkv((b, 2 * h, nq, nk, d), g, kv_heads=h), {"enable_gqa": True})
+
+
+def softcap(shape, g):
+    return (*_qkv(shape, g, scale=4.0), {"softcap": 5.0})
+
+
+def sinks(shape, g):
+    q, k, v = _qkv(shape, g)
+    return q, k, v, {"sinks": torch.randn(shape[1], generator=g, dtype=torch.float64)}
+
+
+def cases(supports: frozenset[str], quick: bool = True) -> list[Case]:
+    """Every case the declared features allow."""
+    big = (2, 3, 129, 140, 40)                # crosses 64 and 128 on both axes
+    odd = (1, 2, 17, 23, 59)                  # N_q != N_k, an odd head dim
+    out = [Case("plain", None, odd, plain), Case("plain, long", None, big, plain),
+           Case("one query, one key", None, (1, 1, 1, 1, 8), plain),
+           Case("N_q > N_k", None, (1, 2, 37, 5, 16), plain),
+           Case("large logits", None, odd, large_logits)]
+    if "scale" in supports:
+        out.append(Case("scale=0.37", "scale", odd, scaled))
+    if "causal" in supports:
+        out += [Case("causal (bottom-right), N_q < N_k", "causal", (1, 2, 9, 30, 16), causal),
+                Case("causal, long", "causal", big, causal)]
+    if "window" in supports:
+        out.append(Case("window (3, 1)", "window", (1, 2, 70, 90, 16), window))
+    if "mask" in supports:
+        for p in ("(N_q, N_k)", "(B, 1, N_q, N_k)", "(1, H, 1, N_k)", "(B, 1, 1, N_k)",
+                  "(B, H, N_q, 1)"):
+            out.append(Case(f"bool mask {p}", "mask", big, bool_mask(p)))
+        out.append(Case("fully masked rows", "mask", odd, masked_rows))
+    if "float_mask" in supports:
+        out.append(Case("float mask with -inf", "float_mask", odd, float_mask))
+    if "gqa" in supports:
+        out.append(Case("grouped-query K/V", "gqa", (1, 2, 19, 33, 16), gqa))
+    if "softcap" in supports:
+        out.append(Case("softcap 5", "softcap", odd, softcap))
+    if "sinks" in supports:
+        out.append(Case("sinks", "sinks", odd, sinks))
+    return out

@@ -1,0 +1,112 @@
+"""attnlab.testing.check_attention finds planted bugs and passes attnlab's exact backends."""
+
+import math
+
+import pytest
+import torch
+
+from attnlab import attention
+from attnlab.testing import CheckReport, check_attention, check_backend
+
+
+def _ref(q, k, v, **o):
+    return attention(q, k, v, backend="reference", **o)
+
+
+def no_default_scale(q, k, v, **o):
+    return _ref(q, k, v, **{**o, "scale": o.get("scale", 1.0)})
+
+
+def top_left_causal(q, k, v, causal=False, **o):
+    if causal:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        o["mask"] = torch.ones(n_q, n_k, dtype=torch.bool).tril()        # SDPA's alignment
+    return _ref(q, k, v, **o)
+
+
+def nan_on_masked_rows(q, k, v, mask=None, **o):
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+    return torch.softmax(s, -1) @ v
+
+
+def mask_of_the_first_tile(q, k, v, mask=None, **o):
+    """Tiles of 64 keys that all reuse the first tile's mask columns."""
+    if mask is not None and mask.dtype == torch.bool and mask.shape[-1] > 64:
+        first = mask[..., :64]
+        mask = first.repeat(*([1] * (mask.dim() - 1)), math.ceil(mask.shape[-1] / 64))
+        mask = mask[..., :k.shape[-2]]
+    return _ref(q, k, v, mask=mask, **o)
+
+
+class _WrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+        with torch.enable_grad():
+            out = _ref(q_, k_, v_)
+        ctx.save_for_backward(q_, k_, v_, out)
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        q_, k_, v_, out = ctx.saved_tensors
+        dq, dk, dv = torch.autograd.grad(out, (q_, k_, v_), g)
+        return 1.1 * dq, dk, dv                               # dq is 10% too large
+
+
+def wrong_gradient(q, k, v, **o):
+    if o:
+        return _ref(q, k, v, **o)
+    return _WrongGrad.apply(q, k, v)
+
+
+def dropout_ignores_generator(q, k, v, dropout_p=0.0, generator=None, **o):
+    s = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
+    return torch.nn.functional.dropout(s, dropout_p) @ v          # the global RNG
+
+
+@pytest.mark.parametrize("fn, supports, case, words", [
+    (no_default_scale, (), "plain", "error"),
+    (top_left_causal, ("causal",), "causal (bottom-right), N_q < N_k", "error"),
+    (nan_on_masked_rows, ("mask",), "fully masked rows", "NaN"),
+    (mask_of_the_first_tile, ("mask",), "bool mask (B, 1, N_q, N_k)", "error"),
+    (wrong_gradient, (), "plain", "dq error"),
+    (dropout_ignores_generator, ("dropout",), "dropout follows its generator", "generator"),
+])
+def test_planted_bugs_are_found(fn, supports, case, words):
+    report = check_attention(fn, supports=supports, dtypes=(torch.float32,))
+    assert not report
+    failed = {r.case: r for r in report.failures}
+    assert case in failed, [r.case for r in report.failures]
+    assert words in failed[case].detail
+    with pytest.raises(AssertionError, match=case.split(" (")[0]):
+        report.raise_for_failures()
+
+
+def test_a_failure_reports_the_smallest_failing_input():
+    report = check_attention(top_left_causal, supports=("causal",), dtypes=(torch.float64,))
+    bad = next(r for r in report.failures if r.case.startswith("causal (bottom-right)"))
+    assert bad.smallest.startswith("B=1 H=1 N_q=2 N_k=3")         # the smallest N_q < N_k
+
+
+def test_the_wrong_gradient_also_fails_gradcheck():
+    report = check_attention(wrong_gradient, dtypes=(torch.float64,))
+    assert "gradcheck (float64, N=3, D=4)" in {r.case for r in report.failures}
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa", "tiled", "blocksparse"])
+def test_every_exact_backend_passes(backend):
+    report = check_backend(backend)
+    assert isinstance(report, CheckReport)
+    report.raise_for_failures()
+    assert sum(not r.skipped for r in report.results) >= 30
+    assert "passed" in str(report)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown feature"):
+        check_attention(_ref, supports=("causal", "flash"))
+    with pytest.raises(TypeError, match="callable"):
+        check_attention("attention")
