@@ -110,3 +110,89 @@ def test_bad_arguments():
         check_attention(_ref, supports=("causal", "flash"))
     with pytest.raises(TypeError, match="callable"):
         check_attention("attention")
+
+
+def test_register_backend_with_check_runs_the_kit():
+    from attnlab.core.registry import Capabilities, list_backends, register_backend
+    from attnlab.core.spec import AttentionOutput
+
+    def good(q, k, v, spec):
+        return AttentionOutput(attention(q, k, v, backend="reference", scale=spec.scale))
+
+    def bad(q, k, v, spec):                                   # ignores the scale
+        return AttentionOutput(attention(q, k, v, backend="reference", scale=1.0))
+
+    caps = Capabilities(exact=False, masks=frozenset())
+    with pytest.raises(ValueError, match="failed .* conformance cases"):
+        register_backend("planted", bad, caps, check=True)
+    assert "planted" not in list_backends()
+    register_backend("planted", good, caps, check=True)
+    try:
+        q = torch.randn(1, 1, 3, 4)
+        torch.testing.assert_close(attention(q, q, q, backend="planted"),
+                                   attention(q, q, q, backend="reference"))
+    finally:
+        from attnlab.core.registry import unregister_backend
+        unregister_backend("planted")
+
+
+def test_check_module_against_torch():
+    from attnlab.nn import MultiheadAttention
+    from attnlab.testing import check_module
+
+    torch.manual_seed(0)
+    good = MultiheadAttention(16, 4, batch_first=True)
+    check_module(good).raise_for_failures()
+
+    class NoScale(MultiheadAttention):              # a planted bug: the 1/sqrt(d) is lost
+        def forward(self, query, key=None, value=None, **kw):
+            return super().forward(query * 2.0, key, value, **kw)
+
+    bad = NoScale(16, 4, batch_first=True)
+    bad.load_state_dict(good.state_dict())
+    report = check_module(bad)
+    assert not report and len(report.failures) == len(report.results)
+
+
+def test_check_on_the_command_line(capsys):
+    from attnlab.cli import main
+
+    assert main(["check", "tests.test_testing_kit:top_left_causal", "--supports", "causal",
+                 "--dtypes", "float32"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert main(["check", "tiled", "--dtypes", "float32"]) == 0
+    assert main(["check", "nowhere.module:fn"]) == 2
+    assert main(["check", "tiled", "--supports", "flash"]) == 2
+
+
+def test_the_worked_example_runs(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from attnlab.core.registry import unregister_backend
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "sigmoid_attention.py"
+    spec = importlib.util.spec_from_file_location("sigmoid_attention", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        mod.main()
+    finally:
+        unregister_backend("sigmoid")
+    assert "registered" in capsys.readouterr().out
+    # A tiled version whose bias uses the tile's length instead of N_k is right only while
+    # the keys fit in one tile: the kit's long case (N_k = 140) catches it.
+    def per_tile_bias(q, k, v, causal=False, **o):
+        out = 0
+        for j in range(0, k.shape[-2], 64):
+            kk, vv = k[..., j:j + 64, :], v[..., j:j + 64, :]
+            part = mod.sigmoid_reference(q, kk, vv, causal=False, **o)
+            out = out + part
+        return out
+
+    report = check_attention(per_tile_bias, reference=mod.sigmoid_reference,
+                             dtypes=(torch.float32,))
+    assert "plain, long" in {r.case for r in report.failures}
+    assert "plain" not in {r.case for r in report.failures}
+    assert not check_attention(mod.sigmoid_tiled, supports={"causal"},
+                               dtypes=(torch.float32,))      # it is not softmax attention

@@ -83,9 +83,15 @@ _REGISTRY: dict[str, Backend] = {}
 
 def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                      description: str = "", cost: Callable[[AttentionSpec], float] | None = None,
-                     check: Callable[[AttentionSpec], str | None] | None = None,
+                     check: Callable[[AttentionSpec], str | None] | bool | None = None,
                      overwrite: bool = False) -> Backend:
     """Add a backend under ``name``. Approximate backends (``exact=False``) run only when named.
+
+    ``check`` is either a function ``spec -> reason | None`` saying which requests beyond the
+    capability flags the backend refuses, or ``True``: then the backend is first run through
+    :func:`attnlab.testing.check_backend` (every case its capabilities declare, against the
+    float64 reference) and registered only if it passes; otherwise a ``ValueError`` lists the
+    failing cases and whatever was registered under ``name`` before is kept.
 
     Example:
         >>> def mine(q, k, v, spec):            # doctest: +SKIP
@@ -96,9 +102,25 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
         raise ValueError(f"backend name must be a non-empty string other than 'auto', got {name!r}")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"backend {name!r} is already registered; pass overwrite=True to replace it")
+    verify = check is True
     backend = Backend(name, fn, capabilities, description,
-                      **({"cost": cost} if cost is not None else {}), check=check)
+                      **({"cost": cost} if cost is not None else {}),
+                      check=None if isinstance(check, bool) else check)
+    previous = _REGISTRY.get(name)
     _REGISTRY[name] = backend
+    if verify:
+        from attnlab.testing import check_backend
+
+        report = check_backend(name)
+        if not report.passed:
+            if previous is None:
+                del _REGISTRY[name]
+            else:
+                _REGISTRY[name] = previous
+            lines = "; ".join(f"{r.case} [{r.dtype}]: {r.detail}" for r in report.failures[:5])
+            raise ValueError(f"backend {name!r} failed {len(report.failures)} of "
+                             f"{len(report.results)} conformance cases and was not registered "
+                             f"({lines}); run attnlab.testing.check_backend on it for the table")
     return backend
 
 

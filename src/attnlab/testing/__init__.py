@@ -32,6 +32,9 @@ import torch
 
 from attnlab.testing.cases import FEATURES, SHRINK, Case, cases
 
+__all__ = ["CaseResult", "CheckReport", "FEATURES", "Unsupported", "check_attention",
+           "check_backend", "check_module", "supports_of"]
+
 EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.bfloat16: 7.8e-3,
        torch.float16: 9.8e-4}
 DTYPES = (torch.float64, torch.float32, torch.bfloat16)
@@ -144,15 +147,18 @@ def _err(a, b) -> float:
     return float(d.max()) if d.numel() else 0.0
 
 
-def _compare(fn, case: Case, shape, dtype, want_lse, seed, factor=2.0, grad_factor=3.0):
+def _compare(fn, case: Case, shape, dtype, want_lse, seed, factor=2.0, grad_factor=3.0,
+             reference=None):
     """(ratio, detail): worst error / allowed error over out, lse and grads; > 1 fails."""
     q, k, v, options = case.build(shape, torch.Generator().manual_seed(seed))
     cast = {key: (val.to(dtype) if isinstance(val, torch.Tensor) and val.is_floating_point()
                   else val) for key, val in options.items()}
     grad = case.grad
-    gold = _run(lambda *a: _reference(*a, want_lse), q, k, v, options, grad, want_lse)
+    ref = ((lambda *a: _reference(*a, want_lse)) if reference is None
+           else (lambda *a: _call(reference, *a)))
+    gold = _run(ref, q, k, v, options, grad, want_lse)
     low = [t.to(dtype) for t in (q, k, v)]
-    plain = _run(lambda *a: _reference(*a, want_lse), *low, cast, grad, want_lse)
+    plain = _run(ref, *low, cast, grad, want_lse)
     try:
         got = _run(lambda *a: _call(fn, *a), *low, cast, grad, want_lse)
     except Unsupported as exc:
@@ -196,12 +202,12 @@ def _describe(shape, case) -> str:
     return f"B={b} H={h} N_q={nq} N_k={nk} D={d} ({case.name})"
 
 
-def _shrink(fn, case, dtype, want_lse, seed, original) -> str:
+def _shrink(fn, case, dtype, want_lse, seed, original, reference=None) -> str:
     size = lambda s: s[0] * s[1] * s[2] * s[3] * s[4]          # noqa: E731
     for shape in SHRINK:
         if size(shape) >= size(original):
             break
-        ratio = _compare(fn, case, shape, dtype, want_lse, seed)[0]
+        ratio = _compare(fn, case, shape, dtype, want_lse, seed, reference=reference)[0]
         if ratio is not None and ratio > 1:
             return _describe(shape, case)
     return _describe(original, case)
@@ -246,7 +252,7 @@ def check_backend(backend: str, **kwargs) -> CheckReport:
 
 def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | None = None,
                     dtypes: Iterable[torch.dtype] = DTYPES, seed: int = 0,
-                    gradcheck: bool = True) -> CheckReport:
+                    gradcheck: bool = True, reference: Callable | None = None) -> CheckReport:
     """Run ``fn`` through the conformance cases; see the module docstring.
 
     Args:
@@ -254,6 +260,10 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
         supports: features from :data:`~attnlab.testing.cases.FEATURES` that fn takes.
         dtypes: precisions to check (default float64, float32, bfloat16).
         gradcheck: also run ``torch.autograd.gradcheck`` on a small float64 case.
+        reference: for a variant whose math differs from softmax attention (sigmoid or
+            differential attention...): its plain, readable version with the same signature,
+            run in float64 as the spec and in each dtype as the precision baseline. Default:
+            :func:`attnlab.attention` with ``backend="reference"``.
 
     Returns:
         A :class:`CheckReport`; ``report.raise_for_failures()`` raises in a test.
@@ -270,7 +280,8 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
     want_lse = "lse" in supports
     for case in cases(supports):
         for dtype in dtypes:
-            ratio, detail = _compare(fn, case, case.shape, dtype, want_lse, seed)
+            ratio, detail = _compare(fn, case, case.shape, dtype, want_lse, seed,
+                                     reference=reference)
             if ratio is None:
                 report.results.append(CaseResult(case.name, str(dtype).removeprefix("torch."),
                                                  True, 0.0, detail, skipped=True))
@@ -278,7 +289,7 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
             res = CaseResult(case.name, str(dtype).removeprefix("torch."), ratio <= 1,
                              ratio, detail)
             if not res.passed:
-                res.smallest = _shrink(fn, case, dtype, want_lse, seed, case.shape)
+                res.smallest = _shrink(fn, case, dtype, want_lse, seed, case.shape, reference)
             report.results.append(res)
     report.results += _behaviour(fn, supports, gradcheck)
     report.seconds = time.perf_counter() - start
@@ -340,3 +351,91 @@ def _behaviour(fn, supports, gradcheck) -> list[CaseResult]:
         out.append(CaseResult("dropout follows its generator", "float32", ok,
                               0.0 if ok else float("inf"), detail))
     return out
+
+
+def check_module(module: torch.nn.Module, reference: type = torch.nn.MultiheadAttention, *,
+                 dtypes: Iterable[torch.dtype] = (torch.float64, torch.float32),
+                 seed: int = 0) -> CheckReport:
+    """Check an attention module against ``reference`` built with the same sizes and loaded
+    with the same weights (``torch.nn.MultiheadAttention`` by default, whose parameter names
+    and forward ``(query, key, value, key_padding_mask, need_weights, attn_mask,
+    average_attn_weights, is_causal)`` the module must share).
+
+    Cases: self- and cross-attention (N_k != N_q), a key padding mask (True = ignore, torch's
+    polarity) with a fully padded sequence excluded, a bool ``attn_mask``, ``is_causal`` with its
+    mask, per-head and averaged weights; outputs, weights and input gradients in each dtype
+    within 2x (3x for gradients) of the reference's own error in that dtype against its
+    float64 copy.
+    """
+    import copy
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    e, h = module.embed_dim, module.num_heads
+    ref = reference(e, h, batch_first=getattr(module, "batch_first", False),
+                    bias=module.in_proj_bias is not None)
+    try:
+        ref.load_state_dict(module.state_dict())
+    except RuntimeError as exc:
+        raise ValueError(f"{type(module).__name__}'s parameters do not load into "
+                         f"{reference.__name__} ({str(exc).splitlines()[0]}); check_module "
+                         "compares modules with the same parameter names") from None
+    module, ref = module.eval(), ref.eval()
+    bf = ref.batch_first
+    report = CheckReport(f"{type(module).__name__} vs {reference.__name__}")
+    start = time.perf_counter()
+    g = torch.Generator().manual_seed(seed)
+    b, n_q, n_k = 3, 7, 11
+
+    def x(n):
+        t = torch.randn(b, n, e, generator=g, dtype=torch.float64)
+        return t if bf else t.transpose(0, 1)
+
+    pad = torch.zeros(b, n_k, dtype=torch.bool)
+    pad[1, 6:] = True
+    mask = torch.rand(n_q, n_q, generator=g) > 0.7
+    mask.fill_diagonal_(False)
+    causal = torch.ones(n_q, n_q, dtype=torch.bool).triu(1)
+    cases_ = [("self-attention", lambda: (x(n_q),), {}),
+              ("cross-attention, N_k != N_q", lambda: (x(n_q), x(n_k)), {}),
+              ("key padding mask", lambda: (x(n_q), x(n_k)), {"key_padding_mask": pad}),
+              ("bool attn_mask", lambda: (x(n_q),), {"attn_mask": mask}),
+              ("is_causal with its mask", lambda: (x(n_q),),
+               {"attn_mask": causal, "is_causal": True}),
+              ("per-head weights", lambda: (x(n_q),), {"average_attn_weights": False})]
+    for name, make, kw in cases_:
+        inputs = make()
+        q = inputs[0]
+        kv = inputs[1] if len(inputs) > 1 else q
+        gold_m = copy.deepcopy(ref).double()
+        for dtype in dtypes:
+            def run(m, dt):
+                qq = q.detach().to(dt).clone().requires_grad_()
+                kk = qq if kv is q else kv.detach().to(dt).clone().requires_grad_()
+                out, w = m.to(dt)(qq, kk, kk, need_weights=True, **kw)
+                out.sum().backward()
+                grads = [qq.grad] + ([] if kk is qq else [kk.grad])
+                return [out.detach(), w.detach()] + grads
+            try:
+                gold = run(gold_m, torch.float64)
+                plain = run(copy.deepcopy(ref), dtype)
+                got = run(copy.deepcopy(module), dtype)
+            except Exception as exc:
+                report.results.append(CaseResult(name, str(dtype).removeprefix("torch."), False,
+                                                 float("inf"),
+                                                 f"raised {type(exc).__name__}: {exc}"))
+                continue
+            worst, detail = 0.0, ""
+            for what, a, p, o, f in zip(("out", "weights", "d query", "d key"), gold, plain,
+                                        got, (2, 2, 3, 3)):
+                if o.shape != a.shape or not torch.isfinite(o).all():
+                    worst, detail = float("inf"), f"{what}: shape {tuple(o.shape)} or NaN"
+                    break
+                bound = f * _err(p, a) + 4 * EPS[dtype] * e ** 0.5 * max(1.0, float(a.abs().max()))
+                r = _err(o, a) / bound
+                if r > worst:
+                    worst, detail = r, f"{what} error {_err(o, a):.3g} > bound {bound:.3g}"
+            report.results.append(CaseResult(name, str(dtype).removeprefix("torch."),
+                                             worst <= 1, worst, detail))
+    report.seconds = time.perf_counter() - start
+    return report
