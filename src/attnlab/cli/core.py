@@ -171,6 +171,40 @@ def inspect_cmd(
     _finish(ins, out, settings, figures, len(texts))
 
 
+def _bench_model(pairs: int, finetune: int, out: Path) -> None:
+    import json
+
+    from rich.progress import Progress
+
+    from attnlab._files import write_text_atomic
+    from attnlab.bench_model import run
+
+    if not 2 <= pairs <= 40:
+        raise UsageError(f"--pairs must be between 2 and 40 (pairs of 6-sentence passages from "
+                         f"the bundled corpus), got {pairs}")
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("approximations on all-MiniLM-L6-v2", total=None)
+        res = run(pairs, finetune=finetune,
+                  progress=lambda i, n: progress.update(task, completed=i, total=n))
+    table = Table(title=f"all-MiniLM-L6-v2, attention swapped at inference: {res['texts']} "
+                        f"passages of {res['tokens']['min']}-{res['tokens']['max']} tokens",
+                  title_justify="left")
+    for col in ("method", "rel. error per layer (1..6)", "embedding cosine mean / min",
+                "rank Spearman", "top-1 agree", "recall@1"):
+        table.add_column(col, overflow="fold")
+    table.add_row("exact", "-", "1 / 1", "1", "1", f"{res['exact']['recall@1']:.2f}")
+    for m, d in res["methods"].items():
+        for label, row in ((m, d), (f"{m}, fine-tuned", d.get("finetuned"))):
+            if row is not None:
+                table.add_row(label, " ".join(f"{x:.2f}" for x in row["layer_rel_error"]),
+                              f"{row['cosine_mean']:.3f} / {row['cosine_min']:.3f}",
+                              f"{row['rank_spearman']:.3f}", f"{row['top1_agreement']:.2f}",
+                              f"{row['recall@1']:.2f}")
+    console.print(table)
+    path = write_text_atomic(out / "approx_model.json", json.dumps(res, indent=1) + "\n")
+    console.print(f"results written to {path}")
+
+
 def _generative_kind(model: str) -> str | None:
     """``induction`` / ``dates`` / ``hf`` for the models the generative job inspects, None for
     the BERT-style encoders of the main job."""
@@ -214,10 +248,29 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="N = 1024 and 2048 only (about 3 minutes)."),
     n: Optional[list[int]] = typer.Option(None, "--n", help="Sequence length (repeatable)."),
     out: Path = typer.Option(Path("out/bench"), help="Folder for results.json and the plots."),
+    model: Optional[str] = typer.Option(None, help="'default': instead of random inputs, swap "
+                                        "the embedded model's attention for each "
+                                        "approximation and measure it on bundled text."),
+    pairs: int = typer.Option(32, help="With --model: passage pairs of the retrieval task."),
+    finetune: int = typer.Option(0, help="With --model: also fine-tune the model with each "
+                                 "approximation for this many steps (about 0.4 s each) to match "
+                                 "the exact embeddings on other passages, and measure again."),
 ):
     """Time, memory and error of every backend and approximation against SDPA and FlexAttention."""
     from attnlab import bench as B
     from attnlab.plots.bench import plot
+
+    if model is not None:
+        if model != "default":
+            raise UsageError(f"--model takes 'default' (the embedded all-MiniLM-L6-v2), got "
+                             f"{model!r}")
+        if quick or n:
+            raise UsageError("--quick and --n size the random-input benchmark; --model default "
+                             "takes --pairs")
+        if not 0 <= finetune <= 5000:
+            raise UsageError(f"--finetune must be between 0 and 5000 steps, got {finetune}")
+        _bench_model(pairs, finetune, out)
+        return
 
     sizes = n or (B.QUICK_SIZES if quick else B.SIZES)
     if any(s < 64 or s > 65536 for s in sizes):
