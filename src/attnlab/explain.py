@@ -19,6 +19,7 @@ from rich.table import Table
 from attnlab.core import attention, list_backends, masks
 
 BUILTIN_TOKENS = ["The", "cat", "sat", "on", "the", "mat"]
+MAX_TOKENS = 64          # every matrix is printed in full
 
 
 @dataclass
@@ -134,19 +135,41 @@ def walk(tokens: list[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *
     return wt
 
 
+def _cell(x: float) -> str:
+    return "-inf" if x == float("-inf") else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
+
+
 def _show(console: Console, caption: str, m: torch.Tensor, rows: list[str], cols: list[str]) -> None:
-    """A caption line, then the matrix with token labels (labels are user text: escaped)."""
+    """A caption line, then the matrix with token labels (labels are user text: escaped).
+
+    Every number is printed whole: where the columns do not fit the console's width (80 in a
+    pipe), the matrix is printed in blocks of columns, as numpy does, never with cells cut
+    to an ellipsis."""
     console.print()
     console.print(escape(caption), style="bold")
-    table = Table(show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
-    table.add_column("")
-    for c in cols:
-        table.add_column(escape(c), justify="right")
-    for label, row in zip(rows, m.tolist()):
-        cells = ["[dim]-inf[/dim]" if x == float("-inf") else
-                 f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}" for x in row]
-        table.add_row(escape(label), *cells)
-    console.print(table)
+    cells = [[_cell(x) for x in row] for row in m.tolist()]
+    label_w = max((len(r) for r in rows), default=1)
+    widths = [max(len(c), *(len(r[j]) for r in cells)) if cells else len(c)
+              for j, c in enumerate(cols)]
+    room = max(console.width - label_w - 2, 8)
+    blocks, start, used = [], 0, 0
+    for j, w in enumerate(widths):
+        if j > start and used + w + 2 > room:
+            blocks.append((start, j))
+            start, used = j, 0
+        used += w + 2
+    blocks.append((start, len(cols)))
+    for a, b in blocks:
+        if len(blocks) > 1:
+            console.print(f"[dim]columns {a}-{b - 1} of {len(cols)}[/dim]")
+        table = Table(show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
+        table.add_column("", no_wrap=True)
+        for c in cols[a:b]:
+            table.add_column(escape(c), justify="right", no_wrap=True)
+        for label, row in zip(rows, cells):
+            table.add_row(escape(label), *(f"[dim]{x}[/dim]" if x == "-inf" else x
+                                           for x in row[a:b]))
+        console.print(table)
 
 
 def render(wt: Walkthrough, console: Console, max_dims: int = 8) -> None:
@@ -205,9 +228,21 @@ def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0)
                                                                     cfg.num_attention_heads)):
         if not 0 <= val < hi:
             raise ValueError(f"{name} must be in 0..{hi - 1} for this model, got {val}")
+    if not text.strip():
+        raise ValueError("--text is empty; give a sentence to walk through")
     tok = load_tokenizer(path)
-    batch = tok([text], return_tensors="pt", truncation=True, max_length=64)
+    batch = tok([text], return_tensors="pt")
+    n = batch["input_ids"].shape[1]
+    if n > MAX_TOKENS:
+        raise ValueError(f"--text has {n} tokens; explain prints every matrix in full and takes "
+                         f"at most {MAX_TOKENS}: shorten it, or use attnlab inspect for long text")
     tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    unknown = tokens.count(getattr(tok, "unk_token", None) or "[UNK]")
+    if unknown:
+        wt_note = (f"{unknown} of {n} tokens are {tok.unk_token}: the model's vocabulary does "
+                   "not cover this text (for example Chinese in an English model)")
+    else:
+        wt_note = None
     with torch.no_grad():
         res = ours(batch["input_ids"], batch["attention_mask"], return_weights=True,
                    return_hidden_states=True)
@@ -219,6 +254,8 @@ def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0)
         rows = slice(head * dh, (head + 1) * dh)
         q, k, v = (x @ w[i, rows].T + b[i, rows] for i in range(3))  # (N, D_h) each
     wt = walk(tokens, q, k, v)
+    if wt_note is not None:
+        wt.backends["tokenizer"] = wt_note
     name = "all-MiniLM-L6-v2" if str(model) == "default" else path.name
     wt.source = f"{name}, layer {layer}, head {head}, text {text!r}"
     wt.label = f" ({name}, layer {layer}, head {head})"

@@ -31,6 +31,8 @@ def explain(
     from attnlab.explain import example, model_walk, render, walk
     from attnlab.plots.explain import write_heatmaps
 
+    if plots and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for the heatmaps")
     for name, val, lo, hi in (("--n", n, 1, 64), ("--d", d, 1, 64)):
         if val is not None and not lo <= val <= hi:
             raise UsageError(f"{name} must be between {lo} and {hi} (it is printed in full), got {val}")
@@ -38,10 +40,13 @@ def explain(
         model = "default"
     try:
         if model is not None:
-            if causal or window is not None or seed is not None or n is not None or d is not None:
-                raise UsageError("--causal, --window, --seed, --n and --d apply to the built-in "
-                                 "example, not to --model (its attention is what it is)")
-            wt = model_walk(text or "The cat sat on the mat.", model, layer=layer, head=head)
+            if (causal or window is not None or seed is not None or n is not None
+                    or d is not None or temperature != 1.0):
+                raise UsageError("--causal, --window, --seed, --n, --d and --temperature apply "
+                                 "to the built-in example, not to --model (its attention is "
+                                 "what it is)")
+            wt = model_walk("The cat sat on the mat." if text is None else text, model,
+                            layer=layer, head=head)
         else:
             tokens, q, k, v = example(n=n, d=d, seed=seed)
             wt = walk(tokens, q, k, v, causal=causal, window=parse_window(window),
@@ -122,10 +127,17 @@ def inspect_cmd(
             raise UsageError(f"--file {file} has no non-empty line; put one text per line")
         texts = [tuple(ln.split("\t", 1)) if "\t" in ln else (ln, None) for ln in lines]
     else:
+        if text is not None and not text.strip():
+            raise UsageError("TEXT is empty; give the text to inspect, or leave TEXT out for "
+                             "the default sentence")
+        if pair is not None and not pair.strip():
+            raise UsageError("--pair is empty; give the second sentence or leave --pair out")
         texts = [(text or DEFAULT_TEXT, pair)]
     if target == "similarity" and texts[0][1] is None:
         raise UsageError("--target similarity explains a pair: give --pair (or a tab in the "
                          "first line of --file)")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for the report")
     generative = _generative_kind(model)
     if generative is not None:
         if file is not None or pair is not None:

@@ -45,7 +45,14 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "BertConfig":
-        raw = json.loads(Path(path).read_text())
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not valid JSON ({exc}); restore the checkpoint's "
+                             "config.json") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path} holds a JSON {type(raw).__name__}, not the object of a "
+                             "model configuration; restore the checkpoint's config.json")
         if raw.get("model_type", "bert") != "bert":
             raise ValueError(f"{path} describes a {raw.get('model_type')!r} model; only BERT-style "
                              "checkpoints (model_type 'bert') are supported")
@@ -160,7 +167,16 @@ class BertModel(nn.Module):
 
         cfg = BertConfig.from_json(cfg_file)
         model = cls(cfg, backend=backend)
-        state = convert_hf_state_dict(load_file(str(weights)), cfg.num_hidden_layers)
+        try:
+            raw = load_file(str(weights))
+        except Exception as exc:               # safetensors raises its own error types
+            raise ValueError(f"{weights} cannot be read as safetensors ({exc}); the file is "
+                             "truncated or corrupted: copy the checkpoint again") from None
+        try:
+            state = convert_hf_state_dict(raw, cfg.num_hidden_layers)
+        except KeyError as exc:
+            raise ValueError(f"checkpoint {weights} lacks the tensor {exc.args[0]} that a BERT of "
+                             f"{cfg.num_hidden_layers} layers (config.json) needs") from None
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"checkpoint {weights} does not fit a BERT of this config: missing "
@@ -217,6 +233,11 @@ def load_tokenizer(path: str | Path):
     AutoTokenizer's registry of every model family (4 s of imports); anything else goes through
     AutoTokenizer."""
     path = Path(path)
+    files = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json", "spiece.model")
+    if not any((path / f).is_file() for f in files):
+        raise FileNotFoundError(f"{path} holds no tokenizer (none of {', '.join(files)}); "
+                                "copy the checkpoint's tokenizer files next to config.json, or "
+                                "every word would become [UNK]")
     try:
         cls = json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")
     except (OSError, ValueError):
