@@ -20,7 +20,19 @@ __all__ = ["UsageError", "app", "console", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status. The torch thread count a
+    command picks (:func:`~attnlab.cli.app.choose_threads`) is restored on return, so calling
+    ``main`` in a process leaves that process as it was."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        return _main(argv)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # Outside standalone mode typer returns (not raises) the code of an Exit, including the
         # 130 it makes of a KeyboardInterrupt: it is the exit status.

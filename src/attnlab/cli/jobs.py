@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from attnlab._files import write_text_atomic
+from attnlab._files import atomic_path, write_text_atomic
 from attnlab.cli.readers import read_csv, series_from_csv
 
 Say = Callable[[str], None]
@@ -21,6 +22,24 @@ Say = Callable[[str], None]
 def _quiet(_: str) -> None:
     pass
 
+
+
+MARKER = ".attnlab-run"
+
+
+@contextmanager
+def result_folder(out: Path):
+    """A temporary folder beside ``out`` that replaces it whole when the run succeeds, so a
+    run's outputs appear together or not at all (an interrupted run leaves an older run's
+    folder as it was, never new files beside an old model). A folder attnlab did not write
+    (no marker file) that holds anything is refused rather than replaced."""
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise ValueError(f"--out {str(out)!r} holds files attnlab did not write; give a new or "
+                         "empty folder (a run replaces its --out folder whole)")
+    with atomic_path(out, folder=True) as tmp:
+        (tmp / MARKER).write_text("written by attnlab; the folder is replaced by the next run\n")
+        yield tmp
 
 # ---- forecasting ----------------------------------------------------------------------------
 
@@ -54,19 +73,20 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
                "best_epoch_final": model.history_.best_epoch,
                "forecast": {"step": list(range(1, horizon + 1)), "value": future.tolist(),
                             "time": dates}}
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    write_text_atomic(out / "backtest.md", bt.table() + "\n")
-    write_text_atomic(out / "forecast.csv", pd.DataFrame(
-        {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
-         "forecast": future}).to_csv(index=False))
-    figs = [plot_backtest(y, bt, out / "backtest.png", name),
-            plot_forecast_attention(bt, out / "attention.png", index, name),
-            plot_future(y, future, first_w, model.effective_lookback, out / "forecast.png", name)]
-    write_text_atomic(out / "model.tex", model.to_latex())
-    write_text_atomic(out / "model.md", model.to_markdown())
-    model.save(out / "model")
-    metrics["files"] = [str(p) for p in figs] + [str(out / n) for n in (
+    with result_folder(out) as d:
+        write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        write_text_atomic(d / "backtest.md", bt.table() + "\n")
+        write_text_atomic(d / "forecast.csv", pd.DataFrame(
+            {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
+             "forecast": future}).to_csv(index=False))
+        figs = [plot_backtest(y, bt, d / "backtest.png", name),
+                plot_forecast_attention(bt, d / "attention.png", index, name),
+                plot_future(y, future, first_w, model.effective_lookback, d / "forecast.png",
+                            name)]
+        write_text_atomic(d / "model.tex", model.to_latex())
+        write_text_atomic(d / "model.md", model.to_markdown())
+        model.save(d / "model")
+    metrics["files"] = [str(out / Path(p).name) for p in figs] + [str(out / n) for n in (
         "metrics.json", "backtest.md", "forecast.csv", "model.tex", "model.md", "model")]
     return metrics
 
@@ -127,16 +147,16 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
                "feature_importance": dict(zip(est.token_names_,
                                               map(float, est.feature_importances_))),
                "epochs_final": est.history_.epochs}
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    figs = [plot_importance(est, out / "importance.png", title=f"{name}: feature importance "
-                            "from [CLS] attention"),
-            plot_feature_attention(est, X, out / "attention.png", title=f"{name}: attention "
-                                   "between feature tokens")]
-    write_text_atomic(out / "model.tex", est.to_latex())
-    write_text_atomic(out / "model.md", est.to_markdown())
-    est.save(out / "model")
-    metrics["files"] = [str(p) for p in figs] + [str(out / n) for n in (
+    with result_folder(out) as d:
+        write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        figs = [plot_importance(est, d / "importance.png", title=f"{name}: feature importance "
+                                "from [CLS] attention"),
+                plot_feature_attention(est, X, d / "attention.png", title=f"{name}: attention "
+                                       "between feature tokens")]
+        write_text_atomic(d / "model.tex", est.to_latex())
+        write_text_atomic(d / "model.md", est.to_markdown())
+        est.save(d / "model")
+    metrics["files"] = [str(out / Path(p).name) for p in figs] + [str(out / n) for n in (
         "metrics.json", "model.tex", "model.md", "model")]
     return metrics
 
@@ -165,18 +185,19 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
                    labelled=int(mask.sum()))
     clf = GATClassifier(seed=seed, **params).fit(graph, mask)
     metrics["train_accuracy"] = clf.score(mask)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [f"{n},{p},{int(m)}" for n, p, m in zip(graph.names, clf.predict(), mask)]
-    write_text_atomic(out / "predictions.csv", "node,prediction,labelled\n" + "\n".join(rows)
-                      + "\n")
-    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    figs = [plot_graph(clf, out / "graph.png", mask),
-            plot_attention_matrix(clf, out / "attention.png")]
-    write_text_atomic(out / "model.tex", clf.to_latex())
-    write_text_atomic(out / "model.md", clf.to_markdown())
-    clf.save(out / "model")
+    with result_folder(out) as d:
+        write_text_atomic(d / "predictions.csv", "node,prediction,labelled\n"
+                          + "\n".join(rows) + "\n")
+        write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        figs = [plot_graph(clf, d / "graph.png", mask),
+                plot_attention_matrix(clf, d / "attention.png")]
+        write_text_atomic(d / "model.tex", clf.to_latex())
+        write_text_atomic(d / "model.md", clf.to_markdown())
+        clf.save(d / "model")
     metrics["files"] = [str(out / "predictions.csv"), str(out / "metrics.json")] + [
-        str(p) for p in figs] + [str(out / n) for n in ("model.tex", "model.md", "model")]
+        str(out / Path(p).name) for p in figs] + [str(out / n) for n in ("model.tex", "model.md",
+                                                                          "model")]
     return metrics
 
 
