@@ -66,3 +66,15 @@ def test_alibi_bias_pattern():
     assert torch.isneginf(b[0, 0, 1:]).all()
     sym = alibi_bias(8, 3, 5, causal=False, dtype=torch.float64)
     assert sym[0, 0].tolist() == [-1.0, -0.5, 0.0, -0.5, -1.0]    # p = 0 + 5 - 3 = 2
+
+
+def test_rope_of_q_and_k_together():
+    rope = RotaryEmbedding(8)
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 9, 8)
+    rq, rk = rope(q, k)                               # queries are the last 4 positions of k
+    assert torch.allclose(rq, rope(q, positions=torch.arange(5, 9)))
+    assert torch.allclose(rk, rope(k))
+    with pytest.raises(TypeError, match="positions="):
+        rope(q, torch.arange(4))
+    with pytest.raises(ValueError, match="N_q <= N_k"):
+        rope(k, q)

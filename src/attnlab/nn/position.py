@@ -93,13 +93,16 @@ class RotaryEmbedding(nn.Module):
         interleaved: pair dims (0, 1), (2, 3), ... as in the paper; False pairs (i, i + D/2),
             the "rotate half" layout of GPT-NeoX and LLaMA checkpoints.
 
-    Shapes: ``x (..., N, D)``; ``positions (N,)`` default ``arange(N)``.
+    Shapes: ``x (..., N, D)``; ``positions (N,)`` default ``arange(N)``. ``rope(q, k)``
+    rotates both and returns ``(q, k)``; with N_q < N_k (decoding with a cache) the queries are
+    the last N_q positions of the keys', as attnlab's bottom-right causal alignment.
 
     Example:
         >>> rope = RotaryEmbedding(8)
         >>> q = torch.randn(2, 4, 10, 8)
         >>> rope(q).shape
         torch.Size([2, 4, 10, 8])
+        >>> q, k = rope(q, torch.randn(2, 4, 10, 8))
     """
 
     def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False):
@@ -110,7 +113,22 @@ class RotaryEmbedding(nn.Module):
         inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, k: torch.Tensor | None = None, *,
+                positions: torch.Tensor | None = None):
+        if k is not None:
+            if not isinstance(k, torch.Tensor) or not k.is_floating_point():
+                raise TypeError("the second argument is the keys, a float tensor (..., N_k, D); "
+                                "pass positions as positions=")
+            n_q, n_k = x.shape[-2], k.shape[-2]
+            if n_q > n_k:
+                raise ValueError(f"q has {n_q} positions and k {n_k}; queries are the last "
+                                 "positions of the keys (N_q <= N_k)")
+            kpos = (torch.arange(n_k, device=k.device) if positions is None
+                    else positions.to(k.device))
+            return self._rotate(x, kpos[n_k - n_q:]), self._rotate(k, kpos)
+        return self._rotate(x, positions)
+
+    def _rotate(self, x: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         if x.shape[-1] != self.dim:
             raise ValueError(f"x has last dim {x.shape[-1]}, expected dim={self.dim}")
         n = x.shape[-2]
