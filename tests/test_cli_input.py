@@ -85,3 +85,56 @@ def test_explain_is_readable_in_a_pipe():
     assert max(len(line) for line in lines) <= 80
     assert "…" not in proc.stdout
     assert "columns 0-" in proc.stdout
+
+
+def _series_csv(tmp_path, df):
+    path = tmp_path / "series.csv"
+    df.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture
+def monthly():
+    import numpy as np
+    import pandas as pd
+
+    dates = pd.date_range("2000-01-01", periods=60, freq="MS")
+    return pd.DataFrame({"date": dates.strftime("%Y-%m-%d"),
+                         "y": np.sin(np.arange(60) * 0.5) + 10, "price": np.arange(60) * 1.5})
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda df: __import__("pandas").concat([df, df.iloc[[5]]]), "repeats 2000-06-01"),
+    (lambda df: df.drop(index=[7]), "after 2000-07-01 comes 2000-09-01"),
+    (lambda df: df.assign(y=df.y.where(df.index != 3, 1e300)), "1e+300 at row 4"),
+    (lambda df: df.assign(y=5.0), "is constant"),
+])
+def test_forecast_csv_refusals(capsys, tmp_path, monthly, edit, words):
+    path = _series_csv(tmp_path, edit(monthly))
+    _refused(capsys, ["fit", "forecast", "--csv", path, "--target", "y", "--time", "date",
+                      "--out", str(tmp_path / "out")], words)
+
+
+def test_a_numeric_time_column_is_refused(capsys, tmp_path, monthly):
+    path = _series_csv(tmp_path, monthly)
+    _refused(capsys, ["fit", "forecast", "--csv", path, "--target", "y", "--time", "price",
+                      "--out", str(tmp_path / "out")], "holds numbers")
+
+
+def test_season_is_inferred_from_the_dates(tmp_path, monthly):
+    from attnlab.cli.readers import season_of, series_from_csv
+
+    y, _ = series_from_csv(_series_csv(tmp_path, monthly), "y", "date")
+    assert season_of(y.index) == 12
+    days = monthly.assign(date=__import__("pandas").date_range("2001-01-01", periods=60,
+                                                             freq="D").strftime("%Y-%m-%d"))
+    y, _ = series_from_csv(_series_csv(tmp_path, days), "y", "date")
+    assert season_of(y.index) == 7
+
+
+def test_a_horizon_too_long_says_what_fits(capsys, tmp_path, monthly):
+    path = _series_csv(tmp_path, monthly)
+    err = _refused(capsys, ["fit", "forecast", "--csv", path, "--target", "y", "--time", "date",
+                            "--horizon", "40", "--out", str(tmp_path / "out")], "need")
+    assert "-" not in err.split("observations")[1].split(";")[0].replace("--", "")
+    assert "horizon of at most" in err or "at most" in err

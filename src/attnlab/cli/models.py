@@ -62,6 +62,11 @@ def fit_forecast_cmd(
             cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
             y, X = readers.series_from_csv(csv, target, time, cols)
             name = target
+            if season is None:
+                season = readers.season_of(y.index)
+                if season is not None:
+                    console.print(f"--season {season} inferred from the dates of --time "
+                                  f"{time!r}; pass --season to change it")
             horizon = horizon or (season or 12)
             origins = origins or 10
         with console.status("fitting (backtest, then the final model)"):

@@ -31,8 +31,17 @@ def require_column(df, name: str, flag: str, path) -> None:
                          f"{cols}")
 
 
+SEASONS = {"h": 24, "D": 7, "W": 52, "M": 12, "Q": 4}     # period of the usual cycle
+
+
 def series_from_csv(path, target: str, time: str | None = None, exog: list[str] | None = None):
-    """``(y Series, X DataFrame or None)`` from ``--csv``; rows sorted by ``--time`` if given."""
+    """``(y Series, X DataFrame or None)`` from ``--csv``; rows sorted by ``--time`` if given.
+
+    Refused, each with the row that shows it: a ``--time`` column of numbers (they would parse
+    as nanoseconds), dates that repeat, dates with missing steps (they would be taken as
+    consecutive), values that are not numbers or too large for the model's float32, a
+    constant series (every method is exact on it: nothing to compare)."""
+    import numpy as np
     import pandas as pd
 
     df = read_csv(path)
@@ -41,18 +50,69 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
         require_column(df, c, "--exog", path)
     if time is not None:
         require_column(df, time, "--time", path)
+        if pd.api.types.is_numeric_dtype(df[time]):
+            raise ValueError(f"--time column {time!r} holds numbers (first {df[time].iloc[0]}), "
+                             "not dates; give the date column, or leave --time out for rows in "
+                             "file order")
         try:
             idx = pd.to_datetime(df[time])
         except (ValueError, TypeError) as err:
             raise ValueError(f"--time column {time!r} does not parse as dates ({err})") from None
         df = df.assign(**{time: idx}).sort_values(time).set_index(time)
+        dup = df.index[df.index.duplicated()]
+        if len(dup):
+            raise ValueError(f"--time column {time!r} repeats {dup[0]:%Y-%m-%d %H:%M} "
+                             f"({len(dup)} repeated dates); keep one row per time step")
+        _check_spacing(df.index, time)
     y = pd.to_numeric(df[target], errors="coerce")
     bad = y.isna() & df[target].notna()
     if bad.any():
         raise ValueError(f"--target column {target!r} has non-numeric values, first "
                          f"{df[target][bad].iloc[0]!r}; clean the column first")
+    big = y.abs() > 1e30
+    if big.any():
+        raise ValueError(f"--target column {target!r} has {y[big].iloc[0]:g} at row "
+                         f"{int(np.flatnonzero(big.to_numpy())[0]) + 1}: beyond what the model "
+                         "computes in float32 (|y| <= 1e30); check the value or rescale")
+    if y.nunique(dropna=True) == 1:
+        raise ValueError(f"--target column {target!r} is constant ({y.dropna().iloc[0]:g}): "
+                         "every method forecasts it exactly, there is nothing to compare")
     X = df[exog].astype(float) if exog else None
     return y, X
+
+
+def _check_spacing(index, time: str) -> None:
+    """Evenly spaced at the coarsest calendar unit that keeps every row in its own period
+    (hours, days, weeks, months, quarters, years), or an error naming the first gap."""
+    if len(index) < 3:
+        return
+    unit, steps = None, None
+    for freq in ("h", "D", "W", "M", "Q", "Y"):
+        per = index.to_period(freq)
+        if not per.is_unique:
+            break
+        unit, steps = freq, [int(d.n) for d in per[1:] - per[:-1]]
+    if unit is None or len(set(steps)) == 1:
+        return
+    usual = max(set(steps), key=steps.count)
+    gap = next(i for i, k in enumerate(steps) if k != usual)
+    raise ValueError(f"--time column {time!r} is not evenly spaced: after {index[gap]:%Y-%m-%d} "
+                     f"comes {index[gap + 1]:%Y-%m-%d} ({steps[gap]} {unit} steps where the "
+                     f"others are {usual}); fill the missing rows (the model takes rows as "
+                     "consecutive steps)")
+
+
+def season_of(index) -> int | None:
+    """The usual season of a daily / weekly / monthly / quarterly / hourly index, or None."""
+    import pandas as pd
+
+    if not isinstance(index, pd.DatetimeIndex) or len(index) < 3:
+        return None
+    for freq, season in SEASONS.items():
+        per = index.to_period(freq)
+        if per.is_unique and ((per[1:] - per[:-1]).map(lambda d: d.n) == 1).all():
+            return season
+    return None
 
 
 def graph_from_csv(edges, features=None, labels=None):

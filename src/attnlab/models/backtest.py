@@ -65,9 +65,14 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
     last = len(y) - H
     origins = last - step * np.arange(n_origins)[::-1]
     if origins[0] < forecaster.min_length:
-        raise ValueError(f"y has {len(y)} observations: {n_origins} origins {step} apart "
-                         f"with horizon {H} leave {origins[0]} for training, fewer than "
-                         f"the {forecaster.min_length} needed; use fewer origins")
+        need = forecaster.min_length + H + step * (n_origins - 1)
+        fit = max(0, (len(y) - forecaster.min_length - H) // step + 1)
+        fix = (f"use at most {fit} origins" if fit >= 1 else
+               f"use a horizon of at most {max(0, len(y) - forecaster.min_length)} steps or "
+               "a shorter lookback")
+        raise ValueError(f"y has {len(y)} observations but {n_origins} origins {step} apart "
+                         f"with horizon {H} need {need} (the first origin needs "
+                         f"{forecaster.min_length} for training); {fix}")
     unknown = set(baselines) - set(BASELINES)
     if unknown:
         raise ValueError(f"baselines must be among {', '.join(BASELINES)}; got "
