@@ -138,3 +138,30 @@ def test_a_horizon_too_long_says_what_fits(capsys, tmp_path, monthly):
                             "--horizon", "40", "--out", str(tmp_path / "out")], "need")
     assert "-" not in err.split("observations")[1].split(";")[0].replace("--", "")
     assert "horizon of at most" in err or "at most" in err
+
+
+@pytest.fixture
+def table():
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"a": rng.normal(size=40), "b": rng.normal(size=40),
+                         "label": ["x", "y"] * 20, "value": rng.normal(size=40)})
+
+
+@pytest.mark.parametrize("edit, args, words", [
+    (lambda df: df.assign(a=df.a.where(df.index != 5)), ["--target", "label"], "empty at line 7"),
+    (lambda df: df.assign(a=df.a.astype(object).where(df.index != 3, "12,5kg")),
+     ["--target", "label"], "numeric except '12,5kg' at line 5"),
+    (lambda df: df.assign(label="x"), ["--target", "label"], "one class only"),
+    (lambda df: df, ["--target", "label", "--task", "regression"], "needs a numeric --target"),
+    (lambda df: df[["label"]], ["--target", "label"], "nothing to predict from"),
+    (lambda df: df.assign(label=["x"] * 38 + ["y"] * 2), ["--target", "label"], "fewer than "
+     "--folds 5"),
+])
+def test_tabular_csv_refusals(capsys, tmp_path, table, edit, args, words):
+    path = tmp_path / "t.csv"
+    edit(table).to_csv(path, index=False)
+    _refused(capsys, ["fit", "tabular", "--csv", str(path), *args, "--out",
+                      str(tmp_path / "out")], words)

@@ -118,11 +118,8 @@ def fit_tabular_cmd(
             if csv is None or target is None:
                 raise UsageError("give --csv F --target COL (or --example diabetes|"
                                  "breast_cancer|wine)")
-            df = readers.read_csv(csv)
-            readers.require_column(df, target, "--target", csv)
-            if df[target].isna().any():
-                raise UsageError(f"--target column {target!r} has empty cells; drop those rows")
-            X, y, name = df.drop(columns=[target]), df[target], target
+            X, y = readers.table_from_csv(csv, target, task, folds)
+            name = target
         with console.status("cross-validating, then fitting the final model"):
             m = jobs.fit_tabular(X, y, out, task=task, folds=folds, name=name, say=say,
                                  max_epochs=max_epochs, seed=seed)

@@ -115,6 +115,58 @@ def season_of(index) -> int | None:
     return None
 
 
+def table_from_csv(path, target: str, task: str = "auto", folds: int = 5):
+    """``(X DataFrame, y Series)`` from ``--csv`` for ``fit tabular``, checked before any
+    cross-validation: an empty target cell, no feature column, an empty feature cell (the
+    baselines cannot take it), a numeric column with a few stray strings (it would become a
+    categorical of hundreds of levels), one class only, a string target for regression, a
+    class with fewer rows than ``--folds``."""
+    import pandas as pd
+
+    df = read_csv(path)
+    require_column(df, target, "--target", path)
+    if df[target].isna().any():
+        row = int(df[target].isna().to_numpy().argmax()) + 2
+        raise ValueError(f"--target column {target!r} is empty at line {row} of "
+                         f"{str(path)!r} (and {int(df[target].isna().sum()) - 1} more); drop "
+                         "those rows")
+    X, y = df.drop(columns=[target]), df[target]
+    if X.shape[1] == 0:
+        raise ValueError(f"{str(path)!r} has no column besides --target {target!r}: nothing "
+                         "to predict from")
+    for c in X.columns:
+        col = X[c]
+        if col.isna().any():
+            row = int(col.isna().to_numpy().argmax()) + 2
+            raise ValueError(f"column {c!r} of {str(path)!r} is empty at line {row} "
+                             f"({int(col.isna().sum())} empty cells); fill or drop them first "
+                             "(the baselines take no missing values)")
+        if col.dtype == object or pd.api.types.is_string_dtype(col):
+            num = pd.to_numeric(col, errors="coerce")
+            stray = num.isna()
+            if 0 < stray.sum() <= max(1, 0.05 * len(col)):
+                row = int(stray.to_numpy().argmax()) + 2
+                raise ValueError(f"column {c!r} of {str(path)!r} is numeric except "
+                                 f"{col[stray].iloc[0]!r} at line {row} ({int(stray.sum())} such "
+                                 "cells); fix them, or it would be read as a category")
+    from attnlab.models.tabular import infer_task
+
+    kind = infer_task(y) if task == "auto" else task
+    if kind == "regression" and not pd.api.types.is_numeric_dtype(y):
+        raise ValueError(f"--task regression needs a numeric --target; {target!r} holds text "
+                         f"such as {y.iloc[0]!r} (use --task classification)")
+    if kind == "classification":
+        counts = y.value_counts()
+        if len(counts) < 2:
+            raise ValueError(f"--target column {target!r} has one class only ({counts.index[0]!r});"
+                             " a classifier needs at least two")
+        if counts.min() < folds:
+            raise ValueError(f"class {counts.idxmin()!r} of --target {target!r} has "
+                             f"{int(counts.min())} rows, fewer than --folds {folds}; use "
+                             f"--folds {max(2, int(counts.min()))} or more rows of that class")
+    return X, y
+
+
 def graph_from_csv(edges, features=None, labels=None):
     """A :class:`~attnlab.models.graph_data.Graph` from ``--edges``, ``--features`` and
     ``--labels``; a problem inside one of them is reported with its flag and file."""
