@@ -30,7 +30,15 @@ def test_fit_tabular_example_then_predict(tmp_path, capsys):
     assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "rows.csv"),
                  "--target", "target", "--out", str(tmp_path / "pred.csv")]) == 0
     pred = pd.read_csv(tmp_path / "pred.csv")
-    assert len(pred) == len(df) and list(pred.columns) == ["prediction", "p(0)", "p(1)", "p(2)"]
+    assert len(pred) == len(df)
+    assert list(pred.columns) == ["row", "prediction", "p(0)", "p(1)", "p(2)"]
+    df.insert(0, "sample", [f"s{i}" for i in range(len(df))])     # an id column
+    df.to_csv(tmp_path / "rows.csv", index=False)
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "rows.csv"),
+                 "--target", "target", "--id", "sample", "--out", str(tmp_path / "pred.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    assert list(pred.columns[:3]) == ["row", "sample", "prediction"]
+    assert pred["sample"].iloc[5] == "s5"
 
 
 def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
@@ -50,9 +58,17 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     assert m["refit"] is True
     for name in ("backtest.png", "attention.png", "forecast.png", "forecast.csv", "model.tex"):
         assert (out / name).is_file()
+    capsys.readouterr()
     assert main(["predict", "--model", str(out / "model"), "--horizon", "9",
                  "--out", str(tmp_path / "f.csv")]) == 0
-    assert len(pd.read_csv(tmp_path / "f.csv")) == 9
+    f = pd.read_csv(tmp_path / "f.csv")
+    assert len(f) == 9 and f["time"].iloc[0] == "2012-07-01" and f["time"].iloc[8] == "2013-03-01"
+    assert "recursively" in capsys.readouterr().out                 # beyond the fitted 6
+    assert main(["predict", "--model", str(out / "model"), "--horizon", "100000",
+                 "--out", str(tmp_path / "f.csv")]) == 2
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "s.csv"),
+                 "--target", "sales", "--time", "month", "--out", str(tmp_path / "g.csv")]) == 0
+    assert pd.read_csv(tmp_path / "g.csv")["time"].iloc[0] == "2012-07-01"
 
 
 @pytest.mark.parametrize("args, words", [
@@ -102,3 +118,22 @@ def test_documented_example_commands_run(tmp_path, capsys, monkeypatch):
     assert main(["demo", "seq2seq", "--text", "2718", "--out", str(tmp_path / "s2s")]) == 0
     assert (tmp_path / "s2s" / "alignment.png").stat().st_size > 10_000
     assert "exact match on 1000 held-out strings" in capsys.readouterr().out
+
+
+def test_predict_continues_a_forecaster_fitted_with_exog(tmp_path):
+    t = np.arange(120)
+    x = np.cos(t / 5)
+    y = 3 + np.sin(2 * np.pi * t / 12) + 0.5 * x
+    dates = pd.date_range("2001-01-01", periods=120, freq="MS").strftime("%Y-%m-%d")
+    pd.DataFrame({"month": dates, "y": y, "x": x}).to_csv(tmp_path / "s.csv", index=False)
+    out = tmp_path / "fc"
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "s.csv"), "--target", "y",
+                 "--time", "month", "--exog", "x", "--horizon", "3", "--origins", "1",
+                 "--max-epochs", "2", "--out", str(out)]) == 0
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "s.csv"),
+                 "--target", "y", "--time", "month", "--out", str(tmp_path / "p.csv")]) == 2
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "s.csv"),
+                 "--target", "y", "--time", "month", "--exog", "x",
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    p = pd.read_csv(tmp_path / "p.csv")
+    assert len(p) == 3 and p["time"].iloc[0] == "2011-01-01"

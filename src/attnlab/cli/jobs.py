@@ -204,8 +204,16 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
 # ---- predicting from a saved model ----------------------------------------------------------
 
 def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
-                  time: str | None = None, horizon: int | None = None) -> tuple[Path, int]:
-    """Predictions of a saved model into ``out_csv``; returns the path and the row count."""
+                  time: str | None = None, horizon: int | None = None,
+                  exog: list[str] | None = None, id_column: str | None = None,
+                  warn: Say = _quiet) -> tuple[Path, int]:
+    """Predictions of a saved model into ``out_csv``; returns the path and the row count.
+
+    A forecast carries the dates of its steps where they are known (from ``--time`` of
+    ``--csv``, else from the ``metrics.json`` the fit wrote beside the model); a horizon
+    beyond the fitted one is forecast recursively and said so, and one over 100 times the
+    fitted one is refused. Tabular predictions carry the input's row number and, with
+    ``id_column``, that column."""
     import pandas as pd
 
     from attnlab.models import load
@@ -213,24 +221,76 @@ def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
 
     model = load(model_dir)
     if isinstance(model, AttentionForecaster):
+        h = model.horizon if horizon is None else horizon
+        if h > 100 * model.horizon:
+            raise ValueError(f"--horizon {h} is over 100 times the {model.horizon} steps the "
+                             "model was fitted for: each step beyond feeds back the forecast "
+                             f"before it; use --horizon {100 * model.horizon} or less, or fit "
+                             "a model with a longer horizon")
+        if h > model.horizon:
+            warn(f"steps {model.horizon + 1}-{h} are forecast recursively from a model fitted "
+                 f"for {model.horizon}: their errors compound, read them as extrapolation")
+        index = None
         if csv is not None:
             if target is None:
                 raise ValueError("--target is needed with --csv for a forecaster (the series "
                                  "to continue)")
-            y, _ = series_from_csv(csv, target, time)
-            pred = model.predict(horizon, y=y.to_numpy())
+            y, X = series_from_csv(csv, target, time, exog)
+            pred = model.predict(horizon, y=y.to_numpy(),
+                                 X=None if X is None else X.to_numpy())
+            index = y.index if time is not None else None
         else:
+            if exog:
+                raise ValueError("--exog reads the covariates of --csv: give --csv with the "
+                                 "series and its covariates")
             pred = model.predict(horizon)
-        frame = pd.DataFrame({"step": range(1, len(pred) + 1), "forecast": pred})
+        dates = _future_index(index, len(pred)) if index is not None else \
+            _dates_from_fit(Path(model_dir), len(pred))
+        frame = pd.DataFrame({"step": range(1, len(pred) + 1),
+                              "time": dates or [""] * len(pred), "forecast": pred})
     else:
         if csv is None:
             raise ValueError("--csv is needed: the rows to predict for a tabular model")
         df = read_csv(csv)
+        ids = None
+        if id_column is not None:
+            if id_column not in df.columns:
+                raise ValueError(f"--id {id_column!r} is not a column of {str(csv)!r}")
+            ids = df[id_column]
+            df = df.drop(columns=[id_column])
         X = df.drop(columns=[target]) if target and target in df.columns else df
-        frame = pd.DataFrame({"prediction": model.predict(X)})
+        frame = pd.DataFrame({"row": range(1, len(X) + 1)})
+        if ids is not None:
+            frame[id_column] = ids.to_numpy()
+        frame["prediction"] = model.predict(X)
         if hasattr(model, "predict_proba"):
             proba = model.predict_proba(X)
             for j, c in enumerate(model.classes_):
                 frame[f"p({c})"] = proba[:, j]
     path = write_text_atomic(out_csv, frame.to_csv(index=False))
     return path, len(frame)
+
+
+def _dates_from_fit(model_dir: Path, steps: int) -> list[str] | None:
+    """The dates of ``steps`` forecast steps from the fit's ``metrics.json`` (beside the model
+    folder), whose ``forecast.time`` holds the dates of the fitted horizon."""
+    import pandas as pd
+
+    try:
+        times = json.loads((model_dir.parent / "metrics.json").read_text())["forecast"]["time"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not times:
+        return None
+    if len(times) >= steps:
+        return times[:steps]
+    if len(times) < 3:
+        return None
+    idx = pd.DatetimeIndex(pd.to_datetime(times))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        freq = pd.infer_freq(idx)
+    if freq is None:
+        return None
+    more = pd.date_range(idx[-1], periods=steps - len(times) + 1, freq=freq)[1:]
+    return times + [d.strftime("%Y-%m-%d") for d in more]

@@ -225,15 +225,22 @@ def predict(
                                          "ignore (tabular)."),
     time: Optional[str] = typer.Option(None, help="Date column of --csv (forecast)."),
     horizon: Optional[int] = typer.Option(None, help="Steps to forecast (default: as fitted)."),
+    exog: Optional[str] = typer.Option(None, help="Comma-separated covariate columns of --csv "
+                                       "(a forecaster fitted with --exog)."),
+    id: Optional[str] = typer.Option(None, "--id", help="Column of --csv copied into the "
+                                     "predictions to identify each row (tabular)."),
     out: Path = typer.Option(Path("out/predictions.csv"), help="CSV to write."),
 ):
     """Predict with a saved model: a forecast, or one prediction per CSV row."""
     from attnlab.cli import jobs
 
     positive("--horizon", horizon)
+    cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
     try:
         path, rows = jobs.predict_saved(model, out, csv=csv, target=target, time=time,
-                                        horizon=horizon)
+                                        horizon=horizon, exog=cols, id_column=id,
+                                        warn=lambda m: console.print(f"[yellow]note[/yellow]: "
+                                                                     f"{m}"))
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
     console.print(f"{rows} prediction(s) written to {path}")
