@@ -137,3 +137,30 @@ def test_every_estimator_says_not_fitted_the_scikit_learn_way():
                  lambda: ReversalSeq2Seq().translate(["12"])):
         with pytest.raises(NotFittedError):
             call()
+
+
+def test_graph_csv_typos_and_weights_are_refused(tmp_path, capsys):
+    (tmp_path / "y.csv").write_text("node,label\nalice,x\nbob,y\n")
+    cases = {"alice,bob\nbob,carol\ncarol,alice\nalcie,dave\ndave,bob\n": "one letter from 'alice'",
+             "alice,bob\nbob,Bob \n": "differ only in case",
+             "alice,bob,1.0\n": "extra column(s) 'weight'"}
+    for body, words in cases.items():
+        header = "s,t,weight\n" if "1.0" in body else "s,t\n"
+        (tmp_path / "e.csv").write_text(header + body)
+        assert main(["fit", "graph", "--edges", str(tmp_path / "e.csv"), "--labels",
+                     str(tmp_path / "y.csv"), "--out", str(tmp_path / "o")]) == 2
+        assert words in capsys.readouterr().err
+
+
+def test_fit_graph_on_csvs_reports_a_held_out_estimate(tmp_path, capsys):
+    g = karate()
+    edges = "\n".join(f"{int(s)},{int(d)}" for s, d in g.edge_index.T if int(s) < int(d))
+    (tmp_path / "e.csv").write_text("s,t\n" + edges + "\n")
+    (tmp_path / "y.csv").write_text("node,label\n" + "\n".join(
+        f"{i},{g.y[i]}" for i in range(0, 34, 2)) + "\n")
+    assert main(["fit", "graph", "--edges", str(tmp_path / "e.csv"), "--labels",
+                 str(tmp_path / "y.csv"), "--max-epochs", "30", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "held-out accuracy over 5 folds" in out and "majority class" in out
+    h = json.loads((tmp_path / "o" / "metrics.json").read_text())["holdout"]
+    assert h["folds"] == 5 and 0 <= h["gat_mean"] <= 1

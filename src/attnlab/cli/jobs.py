@@ -179,8 +179,10 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
         mask[study["rows"][seed % karate_seeds]["train_nodes"]] = True
         metrics = {"example": "karate", **study}
     else:
+        from attnlab.models.graph_study import holdout_study
+
         mask = np.array([v is not None for v in graph.y])
-        metrics = {}
+        metrics = {"holdout": holdout_study(graph, mask, seed=seed, **params)}
     metrics.update(nodes=graph.num_nodes, edges=int(graph.edge_index.shape[1]),
                    labelled=int(mask.sum()))
     clf = GATClassifier(seed=seed, **params).fit(graph, mask)

@@ -177,8 +177,13 @@ def fit_graph_cmd(
                       f"{m['lp_mean']:.3f} ± {m['lp_std']:.3f} (GAT better on "
                       f"{m['gat_wins']}, tied on {m['ties']})")
     else:
-        console.print(f"{m['nodes']} nodes, {m['labelled']} labelled; training accuracy "
-                      f"{m['train_accuracy']:.3f}")
+        h = m["holdout"]
+        held = (f"held-out accuracy over {h['folds']} folds of the labelled nodes: GAT "
+                f"{h['gat_mean']:.3f} ± {h['gat_std']:.3f}, label propagation "
+                f"{h['label_propagation_mean']:.3f} ± {h['label_propagation_std']:.3f}, "
+                f"majority class {h['majority_mean']:.3f}" if h["folds"] else h["note"])
+        console.print(f"{m['nodes']} nodes, {m['labelled']} labelled; {held}; training "
+                      f"accuracy {m['train_accuracy']:.3f}")
     console.print(f"results written to {out}/: " + ", ".join(Path(p).name for p in m["files"]))
 
 

@@ -59,6 +59,45 @@ def karate() -> Graph:
     return from_networkx(nx.karate_club_graph(), label="club")
 
 
+def _check_typos(ends: list[str]) -> None:
+    """Without a node file the edge list defines the nodes, so a misspelt id would silently be
+    a new node: refuse a node named once whose id differs from another's only in case or
+    spaces, or (ids of 4+ letters) by one edit."""
+    import difflib
+    from collections import Counter
+
+    count = Counter(ends)
+    norm: dict[str, str] = {}
+    for n in count:
+        key = " ".join(n.split()).casefold()
+        if key in norm and norm[key] != n:
+            rare, other = sorted((n, norm[key]), key=lambda m: count[m])
+            raise GraphInputError("edges", f"nodes {rare!r} and {other!r} differ only in case or "
+                                  "spaces; write one id for one node")
+        norm[key] = n
+    words = [n for n in count if len(n) >= 4 and not n.replace(".", "").isdigit()]
+    for n in words:
+        if count[n] == 1:
+            close = difflib.get_close_matches(n, [m for m in words if m != n and count[m] > 1],
+                                              n=1, cutoff=0.8)
+            if close and _one_edit(n, close[0]):
+                raise GraphInputError("edges", f"node {n!r} appears in one edge only and is one "
+                                      f"letter from {close[0]!r} (a typo?); fix the id, or give "
+                                      "a node file (features) that lists every node")
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Levenshtein distance at most 1, or one swap of neighbouring letters."""
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) <= 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
 def from_frames(edges, features=None, labels=None) -> Graph:
     """A :class:`Graph` from DataFrames: ``edges`` (first two columns: source, target),
     optional ``features`` (first column: node id, the rest numeric features) and ``labels``
@@ -73,6 +112,11 @@ def from_frames(edges, features=None, labels=None) -> Graph:
     if edges.shape[1] < 2:
         raise GraphInputError("edges", "the edge list needs two columns (source, target), got "
                               f"{list(edges.columns)}")
+    if edges.shape[1] > 2:
+        extra = ", ".join(map(repr, map(str, edges.columns[2:])))
+        raise GraphInputError("edges", f"the edge list has extra column(s) {extra}: the GAT "
+                              "learns its own weight for every edge and reads no edge "
+                              "attribute; drop the column(s)")
     src = edges.iloc[:, 0].astype(str).tolist()
     dst = edges.iloc[:, 1].astype(str).tolist()
     if features is not None:
@@ -99,6 +143,8 @@ def from_frames(edges, features=None, labels=None) -> Graph:
                               "or drop the edge")
     ei = torch.tensor([[index[s] for s in src], [index[d] for d in dst]], dtype=torch.long)
     y = [None] * len(names)
+    if features is None:
+        _check_typos(src + dst)
     if labels is not None:
         for node, value in zip(labels.iloc[:, 0].astype(str), labels.iloc[:, 1]):
             if node not in index:
