@@ -165,3 +165,10 @@ def test_tabular_csv_refusals(capsys, tmp_path, table, edit, args, words):
     edit(table).to_csv(path, index=False)
     _refused(capsys, ["fit", "tabular", "--csv", str(path), *args, "--out",
                       str(tmp_path / "out")], words)
+
+
+def test_predict_and_bench_and_check_refusals(capsys, tmp_path):
+    _refused(capsys, ["bench", "--model", "mine", "--out", str(tmp_path)],
+             "--model takes 'default'")
+    _refused(capsys, ["check", "nowhere"], "is neither package.module:function nor a "
+             "registered backend")

@@ -66,6 +66,10 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     assert "recursively" in capsys.readouterr().out                 # beyond the fitted 6
     assert main(["predict", "--model", str(out / "model"), "--horizon", "100000",
                  "--out", str(tmp_path / "f.csv")]) == 2
+    assert "over 100 times" in capsys.readouterr().err
+    assert main(["predict", "--model", str(out / "model"), "--exog", "x",
+                 "--out", str(tmp_path / "f.csv")]) == 2
+    assert "--exog reads the covariates of --csv" in capsys.readouterr().err
     assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "s.csv"),
                  "--target", "sales", "--time", "month", "--out", str(tmp_path / "g.csv")]) == 0
     assert pd.read_csv(tmp_path / "g.csv")["time"].iloc[0] == "2012-07-01"
