@@ -82,7 +82,7 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
         figs = [plot_backtest(y, bt, d / "backtest.png", name),
                 plot_forecast_attention(bt, d / "attention.png", index, name),
                 plot_future(y, future, first_w, model.effective_lookback, d / "forecast.png",
-                            name)]
+                            name, dates=dates, bt=bt)]
         write_text_atomic(d / "model.tex", model.to_latex())
         write_text_atomic(d / "model.md", model.to_markdown())
         model.save(d / "model")

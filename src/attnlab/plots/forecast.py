@@ -61,20 +61,48 @@ def plot_forecast_attention(bt, path, index, name: str) -> Path:
                    figsize=(min(12.0, 0.22 * L + 3.5), 0.35 * len(rows) + 2.2))
 
 
-def plot_future(y, future, weights, lookback: int, path, name: str) -> Path:
-    """The end of the series, the forecast, and the attention over the window it read."""
+def plot_future(y, future, weights, lookback: int, path, name: str, *, dates=None,
+                bt=None) -> Path:
+    """The end of the series, the forecast with an 80% band from the backtest's errors (when
+    ``bt`` is given), and the attention over the window it read beside the uniform 1/L.
+
+    With a date index and ``dates`` (the forecast steps' dates) the x axis shows dates."""
+    import pandas as pd
+
     yv = np.asarray(y, dtype=float)
     n, H = len(yv), len(future)
+    index = getattr(y, "index", None)
+    dated = isinstance(index, pd.DatetimeIndex) and dates is not None and len(dates) == H
+    start = max(0, n - 2 * lookback)
+    if dated:
+        past_x = index[start:]
+        fut_x = pd.DatetimeIndex(pd.to_datetime(dates))
+        win_x = index[n - lookback:]
+    else:
+        past_x, fut_x, win_x = range(start - n, 0), np.arange(H), np.arange(-lookback, 0)
     with figure(path, figsize=(10, 5)) as fig:
         ax, axw = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-        start = max(0, n - 2 * lookback)
-        ax.plot(range(start - n, 0), yv[start:], color="black", label="observed")
-        ax.plot(range(0, H), future, color="#d62728", marker="o", markersize=3,
+        ax.plot(past_x, yv[start:], color="black", label="observed")
+        ax.plot(fut_x, future, color="#d62728", marker="o", markersize=3,
                 label=f"forecast ({H} steps)")
-        ax.axvspan(-lookback - 0.5, -0.5, color="#2f6db3", alpha=0.08, label="window read")
+        if bt is not None and "attention" in bt.forecasts and len(bt.origins) >= 2:
+            err = np.asarray(bt.actual, dtype=float) - np.asarray(bt.forecasts["attention"])
+            steps = min(H, err.shape[1])
+            rms = np.sqrt(np.mean(err[:, :steps] ** 2, axis=0))              # per step
+            rms = np.concatenate([rms, np.full(H - steps, rms[-1])])
+            f = np.asarray(future, dtype=float)
+            ax.fill_between(fut_x, f - 1.2816 * rms, f + 1.2816 * rms, color="#d62728",
+                            alpha=0.15, label=f"80% band (normal, from the {len(bt.origins)} "
+                            "backtest origins' errors)")
+        ax.axvspan(win_x[0], win_x[-1], color="#2f6db3", alpha=0.08, label="window read")
         ax.set_title(f"{name}: forecast and the attention over the window it read")
         ax.legend(loc="upper left", fontsize=8)
-        axw.bar(range(-lookback, 0), weights, color="#2f6db3", width=0.9)
+        axw.bar(win_x, weights, color="#2f6db3",
+                width=(0.9 if not dated else 0.9 * float(np.median(np.diff(
+                    win_x.values.astype("datetime64[D]").astype(float))))))
+        axw.axhline(1.0 / lookback, color="#444444", linewidth=0.9, linestyle="--",
+                    label=f"uniform 1/L = {1.0 / lookback:.3f}")
+        axw.legend(loc="upper left", fontsize=7)
         axw.set_ylabel("attention")
-        axw.set_xlabel("time step relative to the end of the series")
+        axw.set_xlabel("date" if dated else "time step relative to the end of the series")
     return Path(path)
