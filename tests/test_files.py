@@ -42,3 +42,21 @@ def test_a_folder_is_replaced_whole(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
     with pytest.raises(ValueError, match="is a folder"):
         write_text_atomic(tmp_path / "model", "x")
+
+
+def test_missing_glyphs_are_one_warning_that_names_the_fix(tmp_path):
+    import warnings
+
+    from attnlab.plots import figure
+    from attnlab.plots._figure import _fallback_fonts
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with figure(tmp_path / "cjk.png", figsize=(3, 2)) as fig:
+            fig.add_subplot().set_title("注意力 attention")
+    messages = [str(w.message) for w in caught]
+    if len(_fallback_fonts()) > 1:                     # a CJK font is installed: no boxes
+        assert not any("glyph" in m for m in messages)
+    else:
+        assert len(messages) == 1 and "'注'" in messages[0] and "fonts-noto-cjk" in messages[0]
+    assert (tmp_path / "cjk.png").is_file()

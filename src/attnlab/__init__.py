@@ -13,6 +13,8 @@ from attnlab.core import (
     which_backend,
 )
 
+from attnlab import testing as _testing  # noqa: F401,E402  (register_backend(check=True))
+
 __version__ = "0.1.0"
 
 __all__ = [
