@@ -291,22 +291,29 @@ def bench(
     result["plots"] = [str(p) for p in plot(result, out)]
     cells = result["cells"]
     get = {(c["group"], c["method"], c["n"], c["mode"]): c for c in cells}
+    # As many method columns per table as the terminal holds (80 in a pipe): cells are never
+    # wrapped or cut, a wide group is printed as several tables.
+    per_table = max(1, (console.width - 18) // 17)
     for group, methods in B.GROUPS.items():
-        table = Table(title=f"{group}: time s / extra peak MiB (B=1, H=8, D=64, fp32)",
-                      title_justify="left")
-        table.add_column("pass")
-        table.add_column("N", justify="right")
-        for m in methods:
-            table.add_column(m, justify="right")
-        for mode in ("fwd", "fwd+bwd"):
-            for size in result["sizes"]:
-                row = []
-                for m in methods:
-                    c = get.get((group, m, size, mode))
-                    row.append("-" if c is None else "error" if "error" in c
-                               else f"{c['time_s']:.3f} / {c['peak_mib']:.0f}")
-                table.add_row(mode, str(size), *row)
-        console.print(table)
+        for start in range(0, len(methods), per_table):
+            chunk = methods[start:start + per_table]
+            part = "" if len(methods) <= per_table else \
+                f" ({start // per_table + 1}/{-(-len(methods) // per_table)})"
+            table = Table(title=f"{group}{part}: time s / extra peak MiB (B=1, H=8, D=64, "
+                                "fp32)", title_justify="left")
+            table.add_column("pass", no_wrap=True)
+            table.add_column("N", justify="right", no_wrap=True)
+            for m in chunk:
+                table.add_column(m, justify="right", no_wrap=True)
+            for mode in ("fwd", "fwd+bwd"):
+                for size in result["sizes"]:
+                    row = []
+                    for m in chunk:
+                        c = get.get((group, m, size, mode))
+                        row.append("-" if c is None else "error" if "error" in c
+                                   else f"{c['time_s']:.3f} / {c['peak_mib']:.0f}")
+                    table.add_row(mode, str(size), *row)
+            console.print(table)
     top = max(result["sizes"])
     lines = []
     for mode in ("fwd", "fwd+bwd"):
