@@ -73,4 +73,5 @@ def test_taxonomy_labels_the_heads():
     assert "induction" in ins.taxonomy.labels[1]
     assert "previous token" in ins.taxonomy.labels[0]
     assert ins.head_table["columns"][-1] == "loss increase"
+    assert (ins.metrics.copying[1] > 0.9).all()          # the induction heads copy (Olsson)
     assert not torch.triu(ins.maps, diagonal=1).any()

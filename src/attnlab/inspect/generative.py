@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from attnlab.inspect.ablation import head_importance
 from attnlab.inspect.attribution import flow_from, rollout
 from attnlab.inspect.capture import record
-from attnlab.inspect.heads import duplicate_token_scores, induction_scores
+from attnlab.inspect.heads import copying_score, duplicate_token_scores, induction_scores
 from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
 from attnlab.inspect.run import Inspection, TextMaps
 from attnlab.inspect.taxonomy import label_heads
@@ -116,8 +116,12 @@ def inspect_induction(text: str | None = None) -> Inspection:
                             "same 20 tokens")
     notes = [f"second-repeat loss {repeat_losses(model, batch, 20)[1]:.3f} nats against "
              f"{repeat_losses(model, batch, 20)[0]:.3f} on the first repeat (64 sequences)"]
+    copying = torch.tensor([[copying_score(model.ov_circuit(layer, head))
+                             for head in range(c.heads)] for layer in range(c.layers)],
+                           dtype=torch.float64)
     return _square(maps, tokens, text, notes, kind="causal", ids=ids, position=len(tokens) - 1,
-                   extra={"ablation": importance}, table=table, model="induction (embedded)")
+                   extra={"ablation": importance, "copying": copying}, table=table,
+                   model="induction (embedded)")
 
 
 def inspect_dates(text: str | None = None) -> Inspection:

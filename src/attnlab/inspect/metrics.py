@@ -19,7 +19,7 @@ METRIC_TITLES = {
     "first": "first-token (sink) mass", "within_segment": "within-sentence mass",
     # causal models only (attnlab.inspect.heads, attnlab.inspect.ablation)
     "prefix_matching": "induction (prefix-matching) score",
-    "duplicate": "duplicate-token score",
+    "duplicate": "duplicate-token score", "copying": "copying score (OV eigenvalues)",
     "ablation": "loss increase when zero-ablated",
 }
 
@@ -104,6 +104,7 @@ class HeadMetrics:
     # causal models: detector scores and zero-ablation importance, where measured
     prefix_matching: torch.Tensor | None = None
     duplicate: torch.Tensor | None = None
+    copying: torch.Tensor | None = None
     ablation: torch.Tensor | None = None
 
     @classmethod

@@ -59,6 +59,16 @@ class InductionLM(nn.Module):
             x = x + attn(h, h, h, need_weights=False, is_causal=True)[0]
         return self.unembed(self.norm_out(x))                                # (B, N, V)
 
+    def ov_circuit(self, layer: int, head: int) -> torch.Tensor:
+        """The head's direct OV path from token to logit, ``(V, V)``: ``W_E W_V^h W_O^h W_U``
+        in row-vector form (LayerNorms left out), as Olsson et al.'s copying criterion reads
+        it (:func:`attnlab.inspect.heads.copying_score`)."""
+        e, d = self.config.d_model, self.config.d_model // self.config.heads
+        attn = self.attn[layer]
+        w_v = attn.in_proj_weight[2 * e:3 * e][head * d:(head + 1) * d]       # (D, E)
+        w_o = attn.out_proj.weight[:, head * d:(head + 1) * d]                # (E, D)
+        return (self.embed.weight @ w_v.T @ w_o.T @ self.unembed.weight.T).detach()
+
     def dict_config(self) -> dict:
         return asdict(self.config)
 
