@@ -2,6 +2,7 @@
 they were."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -29,12 +30,21 @@ def test_an_interrupted_run_leaves_the_older_run_whole(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     seen = ""
-    while "cross-validation" not in seen and time.monotonic() < deadline:
-        line = proc.stdout.readline()                # the job says what it does
-        if not line:
-            break
-        seen += line
-    assert "cross-validation" in seen, seen
+    try:
+        while "cross-validation" not in seen and time.monotonic() < deadline:
+            # the job says what it does; wait for its output at most until the deadline
+            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "cross-validation" in seen, seen
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=30)
+        raise
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

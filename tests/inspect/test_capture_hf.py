@@ -9,10 +9,9 @@ padded batch -- left-padded for the decoders, the encoder padded for the encoder
 
 import pytest
 import torch
+import transformers          # a dependency of attnlab (the embedded model's tokenizer)
 
-transformers = pytest.importorskip("transformers")
-
-from attnlab.inspect.capture import UnsupportedAttentionOption, _hf_attention, record  # noqa: E402
+from attnlab.inspect.capture import UnsupportedAttentionOption, _hf_attention, record
 
 V = 40
 
@@ -75,8 +74,15 @@ def _eager_maps(model, **batch):
         model.set_attn_implementation(prev)
 
 
-def _real(maps, rows, cols):
-    return maps[:, :, rows][:, :, :, cols]
+def _assert_same(mine, theirs_per_layer, b, rows=None, cols=None):
+    """``mine (L, H, n_q, n_k)`` against transformers' per-layer maps of sequence ``b``,
+    restricted to its real rows and columns."""
+    theirs = torch.stack([a[b] for a in theirs_per_layer]).double()
+    if rows is not None:
+        theirs = theirs[:, :, rows]
+    if cols is not None:
+        theirs = theirs[..., cols]
+    assert (mine - theirs).abs().max().item() < 1e-6
 
 
 DECODERS = ["gpt2", "llama", "mistral", "gemma2", "gpt_oss"]
@@ -103,8 +109,7 @@ def test_decoder_on_a_left_padded_batch(kind):
         n = int(am[b].sum())
         assert mine.shape == (2, 4, n, n)
         real = am[b].bool()
-        theirs = _real(torch.stack([a[b] for a in eager.attentions]).double(), real, real)
-        assert (mine - theirs).abs().max().item() < 1e-6
+        _assert_same(mine, eager.attentions, b, real, real)
         assert not torch.triu(mine, diagonal=1).any()           # causal: nothing above
         if kind != "gpt_oss":                                   # sinks take part of the mass
             torch.testing.assert_close(mine.sum(-1), torch.ones_like(mine.sum(-1)))
@@ -152,17 +157,14 @@ def test_encoder_decoder_self_causal_and_cross(kind):
         rec.maps(0)
     for b in range(2):
         real = am[b].bool()
-        enc = rec.maps(b, kind="self", attention_mask=am)
-        theirs = _real(torch.stack([a[b] for a in eager.encoder_attentions]).double(), real, real)
-        assert (enc - theirs).abs().max().item() < 1e-6
+        _assert_same(rec.maps(b, kind="self", attention_mask=am), eager.encoder_attentions, b,
+                     real, real)
         dec = rec.maps(b, kind="causal")
-        theirs = torch.stack([a[b] for a in eager.decoder_attentions]).double()
-        assert (dec - theirs).abs().max().item() < 1e-6
+        _assert_same(dec, eager.decoder_attentions, b)
         assert not torch.triu(dec, diagonal=1).any()
         cross = rec.maps(b, kind="cross", key_attention_mask=am)
         assert cross.shape == (2, 4, 6, int(real.sum()))
-        theirs = torch.stack([a[b] for a in eager.cross_attentions]).double()[..., real]
-        assert (cross - theirs).abs().max().item() < 1e-6
+        _assert_same(cross, eager.cross_attentions, b, cols=real)
 
 
 class _Module(torch.nn.Module):
