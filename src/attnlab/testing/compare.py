@@ -1,0 +1,177 @@
+"""Running one case: the function, the float64 reference and the same-precision reference on
+the same inputs, and the rule that compares them (error at most ``factor`` x the plain
+reference's own error in that precision, plus a floor scaled by the logits); the behaviour
+checks (determinism, gradcheck, dropout's generator)."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.testing.cases import SHRINK, Case
+from attnlab.testing.report import CaseResult, Unsupported
+
+EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.bfloat16: 7.8e-3,
+       torch.float16: 9.8e-4}
+DTYPES = (torch.float64, torch.float32, torch.bfloat16)
+
+def _call(fn, q, k, v, options):
+    res = fn(q, k, v, **options)
+    if isinstance(res, tuple):
+        return res[0], res[1]
+    out = getattr(res, "out", res)
+    return out, getattr(res, "lse", None)
+
+
+def _reference(q, k, v, options, want_lse):
+    from attnlab.core.api import attention
+
+    res = attention(q, k, v, backend="reference", return_lse=True, **options)
+    return res.out, (res.lse if want_lse else None)
+
+
+def _run(fn, q, k, v, options, grad, want_lse):
+    """Output, lse and the gradients of <out, c> (+ <finite lse, c'>) for fixed cotangents."""
+    q, k, v = (t.detach().requires_grad_(grad) for t in (q, k, v))
+    out, lse = fn(q, k, v, options)
+    grads = None
+    if grad:
+        g = torch.Generator().manual_seed(1)
+        loss = (out * torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)
+                ).sum()
+        if want_lse and lse is not None:
+            c = torch.randn(lse.shape, generator=g, dtype=torch.float64).to(lse.dtype)
+            loss = loss + (torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)) * c).sum()
+        grads = torch.autograd.grad(loss, (q, k, v), allow_unused=True)
+        grads = tuple(torch.zeros_like(t) if d is None else d for d, t in zip(grads, (q, k, v)))
+    return out.detach(), None if lse is None else lse.detach(), grads
+
+
+def _err(a, b) -> float:
+    a, b = a.double(), b.double()
+    same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
+    d = torch.where(same_inf, torch.zeros_like(a), (a - b).abs())
+    d = torch.where(torch.isnan(d), torch.full_like(d, float("inf")), d)
+    return float(d.max()) if d.numel() else 0.0
+
+
+def _compare(fn, case: Case, shape, dtype, want_lse, seed, factor=2.0, grad_factor=3.0,
+             reference=None):
+    """(ratio, detail): worst error / allowed error over out, lse and grads; > 1 fails."""
+    q, k, v, options = case.build(shape, torch.Generator().manual_seed(seed))
+    cast = {key: (val.to(dtype) if isinstance(val, torch.Tensor) and val.is_floating_point()
+                  else val) for key, val in options.items()}
+    grad = case.grad
+    ref = ((lambda *a: _reference(*a, want_lse)) if reference is None
+           else (lambda *a: _call(reference, *a)))
+    gold = _run(ref, q, k, v, options, grad, want_lse)
+    low = [t.to(dtype) for t in (q, k, v)]
+    plain = _run(ref, *low, cast, grad, want_lse)
+    try:
+        got = _run(lambda *a: _call(fn, *a), *low, cast, grad, want_lse)
+    except Unsupported as exc:
+        return None, f"skipped: {exc}"
+    except Exception as exc:                                # the variant's own error
+        return float("inf"), f"raised {type(exc).__name__}: {str(exc)[:120]}"
+    if got[0].shape != gold[0].shape:
+        return float("inf"), f"output shape {tuple(got[0].shape)}, expected {tuple(gold[0].shape)}"
+    # Rounding of the order of eps * sqrt(reduction length) where the plain reference happens
+    # to be exact (always in float64), amplified by the logits' size: an error eps * |s| in a
+    # score moves the softmax by that much.
+    kk = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)          # GQA: K per q head
+    logit = float((q @ kk.transpose(-1, -2)).abs().max()) * options.get("scale",
+                                                                        q.shape[-1] ** -0.5)
+    floor = 4 * EPS[dtype] * (shape[3] + shape[4]) ** 0.5 * max(1.0, logit)
+    worst, detail = 0.0, ""
+    pairs = [("out", gold[0], plain[0], got[0], factor)]
+    if grad:
+        pairs += [(n, a, b, c, grad_factor) for n, a, b, c in
+                  zip(("dq", "dk", "dv"), gold[2], plain[2], got[2])]
+    if want_lse:
+        if got[1] is None:
+            return float("inf"), "returned no lse (declared 'lse')"
+        if not torch.equal(torch.isneginf(got[1]), torch.isneginf(gold[1])):
+            return float("inf"), "lse is -inf on different rows than the reference"
+        pairs.append(("lse", gold[1], plain[1], got[1], factor))
+    for name, g, p, o, f in pairs:
+        if not torch.isfinite(o).all() and name != "lse":
+            return float("inf"), f"{name} has NaN or inf"
+        finite = g[torch.isfinite(g)]
+        scale = max(float(finite.abs().max()), 1.0) if finite.numel() else 1.0
+        bound = f * _err(p, g) + floor * scale
+        ratio = _err(o, g) / bound
+        if ratio > worst:
+            worst, detail = ratio, f"{name} error {_err(o, g):.3g} > bound {bound:.3g}"
+    return worst, detail
+
+
+def _describe(shape, case) -> str:
+    b, h, nq, nk, d = shape
+    return f"B={b} H={h} N_q={nq} N_k={nk} D={d} ({case.name})"
+
+
+def _shrink(fn, case, dtype, want_lse, seed, original, reference=None) -> str:
+    size = lambda s: s[0] * s[1] * s[2] * s[3] * s[4]          # noqa: E731
+    for shape in SHRINK:
+        if size(shape) >= size(original):
+            break
+        ratio = _compare(fn, case, shape, dtype, want_lse, seed, reference=reference)[0]
+        if ratio is not None and ratio > 1:
+            return _describe(shape, case)
+    return _describe(original, case)
+
+
+def _behaviour(fn, supports, gradcheck) -> list[CaseResult]:
+    """Determinism, gradcheck and dropout's generator."""
+    out = []
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 9, 12, generator=g) for _ in range(3))
+    base: dict = {}
+    try:
+        _call(fn, q, k, v, base)
+    except Unsupported:
+        base = {"causal": True} if "causal" in supports else {"window": (2, 2)}
+    except Exception:                         # reported by the checks below
+        pass
+    try:
+        a, b = _call(fn, q, k, v, base)[0], _call(fn, q, k, v, base)[0]
+        same = torch.equal(a, b)
+        out.append(CaseResult("deterministic (two calls, same input)", "float32", same,
+                              0.0 if same else float("inf"),
+                              "" if same else f"outputs differ by {_err(a, b):.3g}"))
+    except Exception as exc:
+        out.append(CaseResult("deterministic", "float32", False, float("inf"),
+                              f"raised {type(exc).__name__}: {exc}"))
+    if gradcheck:
+        qd, kd, vd = (torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64,
+                                  requires_grad=True) for _ in range(3))
+        try:
+            ok = torch.autograd.gradcheck(lambda a, b, c: _call(fn, a, b, c, base)[0],
+                                          (qd, kd, vd), raise_exception=False)
+            detail = "" if ok else "analytical and numerical gradients differ"
+        except Exception as exc:
+            ok, detail = False, f"raised {type(exc).__name__}: {str(exc)[:120]}"
+        out.append(CaseResult("gradcheck (float64, N=3, D=4)", "float64", ok,
+                              0.0 if ok else float("inf"), detail))
+    if "dropout" in supports:
+        def drop(seed):
+            gen = torch.Generator().manual_seed(seed)
+            return _call(fn, q, k, v, {**base, "dropout_p": 0.5, "generator": gen})[0]
+
+        try:
+            a, b, c = drop(1), drop(1), drop(2)
+            plain = _call(fn, q, k, v, base)[0]
+            problems = []
+            if not torch.equal(a, b):
+                problems.append("the same generator seed gave different outputs (is the "
+                                "generator ignored?)")
+            if torch.equal(a, c):
+                problems.append("different generator seeds gave the same output")
+            if torch.allclose(a, plain):
+                problems.append("dropout_p=0.5 changed nothing")
+            ok = not problems
+            detail = "; ".join(problems)
+        except Exception as exc:
+            ok, detail = False, f"raised {type(exc).__name__}: {str(exc)[:120]}"
+        out.append(CaseResult("dropout follows its generator", "float32", ok,
+                              0.0 if ok else float("inf"), detail))
+    return out

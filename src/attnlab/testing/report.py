@@ -1,0 +1,75 @@
+"""What a check found: one :class:`CaseResult` per case, gathered in a :class:`CheckReport`
+that prints as a table and raises in a test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Unsupported(Exception):
+    """Raised by a checked function for an input it declares it does not take (the case is
+    reported as skipped, not failed)."""
+
+
+@dataclass
+class CaseResult:
+    case: str
+    dtype: str
+    passed: bool
+    error: float = 0.0                    # worst error / bound (pass when <= 1)
+    detail: str = ""
+    smallest: str | None = None           # the smallest failing input, described
+    skipped: bool = False
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check_attention` found. Prints as a table; falsy when a case failed."""
+
+    name: str
+    results: list[CaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if not r.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def table(self):
+        from rich.table import Table
+
+        skipped = sum(r.skipped for r in self.results)
+        t = Table(title=f"{self.name}: {len(self.results) - len(self.failures) - skipped}/"
+                        f"{len(self.results) - skipped} cases passed, {skipped} skipped, in "
+                        f"{self.seconds:.1f} s",
+                  title_justify="left")
+        for col in ("case", "dtype", "error / bound", "result"):
+            t.add_column(col, overflow="fold")
+        for r in self.results:
+            t.add_row(r.case, r.dtype, "-" if r.skipped else f"{r.error:.2f}",
+                      r.detail if r.skipped else "pass" if r.passed else f"FAIL: {r.detail}"
+                      + (f" (smallest: {r.smallest})" if r.smallest else ""))
+        return t
+
+    def __str__(self) -> str:
+        import io
+
+        from rich.console import Console
+
+        console = Console(width=120, record=True, file=io.StringIO())
+        console.print(self.table())
+        return console.export_text()
+
+    def raise_for_failures(self) -> None:
+        if self.failures:
+            lines = [f"{r.case} [{r.dtype}]: {r.detail}"
+                     + (f"; smallest failing input: {r.smallest}" if r.smallest else "")
+                     for r in self.failures]
+            raise AssertionError(f"{self.name} failed {len(self.failures)} of "
+                                 f"{len(self.results)} cases:\n  " + "\n  ".join(lines))
