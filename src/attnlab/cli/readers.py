@@ -81,17 +81,23 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
     return y, X
 
 
-def _check_spacing(index, time: str) -> None:
-    """Evenly spaced at the coarsest calendar unit that keeps every row in its own period
-    (hours, days, weeks, months, quarters, years), or an error naming the first gap."""
-    if len(index) < 3:
-        return
-    unit, steps = None, None
+def _spacing(index) -> tuple[str | None, list[int]]:
+    """The coarsest calendar unit (hours, days, weeks, months, quarters, years) that keeps
+    every row in its own period, and the steps between rows in that unit."""
+    unit, steps = None, []
     for freq in ("h", "D", "W", "M", "Q", "Y"):
         per = index.to_period(freq)
         if not per.is_unique:
             break
         unit, steps = freq, [int(d.n) for d in per[1:] - per[:-1]]
+    return unit, steps
+
+
+def _check_spacing(index, time: str) -> None:
+    """Evenly spaced in that unit, or an error naming the first gap."""
+    if len(index) < 3:
+        return
+    unit, steps = _spacing(index)
     if unit is None or len(set(steps)) == 1:
         return
     usual = max(set(steps), key=steps.count)
@@ -103,16 +109,14 @@ def _check_spacing(index, time: str) -> None:
 
 
 def season_of(index) -> int | None:
-    """The usual season of a daily / weekly / monthly / quarterly / hourly index, or None."""
+    """The usual season of an hourly / daily / weekly / monthly / quarterly index whose rows
+    are one unit apart, or None."""
     import pandas as pd
 
     if not isinstance(index, pd.DatetimeIndex) or len(index) < 3:
         return None
-    for freq, season in SEASONS.items():
-        per = index.to_period(freq)
-        if per.is_unique and ((per[1:] - per[:-1]).map(lambda d: d.n) == 1).all():
-            return season
-    return None
+    unit, steps = _spacing(index)
+    return SEASONS.get(unit) if steps and set(steps) == {1} else None
 
 
 def table_from_csv(path, target: str, task: str = "auto", folds: int = 5):

@@ -114,8 +114,10 @@ def inspect_induction(text: str | None = None) -> Inspection:
     table = _ablation_table(maps, importance,
                             "the second-repeat loss on 64 sequences of 7 random + 20 + the "
                             "same 20 tokens")
-    notes = [f"second-repeat loss {repeat_losses(model, batch, 20)[1]:.3f} nats against "
-             f"{repeat_losses(model, batch, 20)[0]:.3f} on the first repeat (64 sequences)"]
+    with torch.no_grad():
+        first, second = repeat_losses(model, batch, 20)
+    notes = [f"second-repeat loss {second:.3f} nats against {first:.3f} on the first repeat "
+             "(64 sequences)"]
     copying = torch.tensor([[copying_score(model.ov_circuit(layer, head))
                              for head in range(c.heads)] for layer in range(c.layers)],
                            dtype=torch.float64)

@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnlab.nn.decoder import Transformer
+from attnlab.zoo._train import fit_steps
 
 MONTHS = {
     "en": [calendar.month_name[i] for i in range(1, 13)],
@@ -254,18 +255,11 @@ def train(config: DatesConfig = DatesConfig(), *, steps: int = 3000, batch_size:
     """Teacher-forced training on fresh generated dates (seeded), AdamW with one-cycle."""
     torch.manual_seed(seed)
     model = DatesModel(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps,
-                                                pct_start=0.05)
     rng = random.Random(seed)
-    for step in range(steps):
+
+    def step_loss(_step):
         src, tgt = batch(generate(batch_size, seed=rng.randrange(2**31), split="train"))
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if log is not None and (step % 250 == 0 or step == steps - 1):
-            log(step, loss.item())
-    return model.eval()
+        logits = model(src, tgt[:, :-1])                                 # (B, T, V_t)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1))
+
+    return fit_steps(model, step_loss, steps=steps, lr=lr, log=log)

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnlab.nn.multihead import MultiheadAttention
+from attnlab.zoo._train import fit_steps
 
 BOS = 0
 
@@ -120,10 +121,8 @@ def train(config: InductionConfig = InductionConfig(), *, steps: int = 3000, bat
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = InductionLM(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps,
-                                                pct_start=0.05)
-    for step in range(steps):
+
+    def step_loss(_step):
         # The unpredictable tokens weigh 0.1: their gradient is noise that delays the
         # induction circuit's formation (with weight 1 it had not formed after 3000 steps),
         # but some weight keeps their predictions calibrated (loss near ln V, not above).
@@ -131,11 +130,6 @@ def train(config: InductionConfig = InductionConfig(), *, steps: int = 3000, bat
         logits = model(ids)[:, :-1]                                      # (B, N - 1, V)
         each = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
         weight = keep.float() + 0.1 * (~keep).float()
-        loss = (each * weight).sum() / weight.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if log is not None and (step % 250 == 0 or step == steps - 1):
-            log(step, loss.item())
-    return model.eval()
+        return (each * weight).sum() / weight.sum()
+
+    return fit_steps(model, step_loss, steps=steps, lr=lr, log=log)
