@@ -64,3 +64,12 @@ def test_bad_input_to_the_embedded_models(tmp_path, capsys, args, words):
     assert main(["inspect", *args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_broken_transformers_folder_is_one_line(tmp_path, capsys):
+    path = _folder(tmp_path, "gpt2")
+    w = path / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:5000])
+    assert main(["inspect", "hello", "--model", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load the weights" in err and "Traceback" not in err

@@ -188,7 +188,11 @@ def inspect_hf(path: Path, text: str) -> Inspection:
                          f"from it ({str(exc).splitlines()[0]})") from None
     cls = (transformers.AutoModelForSeq2SeqLM if config.is_encoder_decoder
            else transformers.AutoModelForCausalLM)
-    model = cls.from_pretrained(str(path), local_files_only=True).eval()
+    try:
+        model = cls.from_pretrained(str(path), local_files_only=True).eval()
+    except Exception as exc:         # transformers and safetensors raise many error types
+        raise ValueError(f"--model {path}: transformers cannot load the weights "
+                         f"({str(exc).splitlines()[0][:200]}); copy the checkpoint again") from None
     batch = tok([text], return_tensors="pt")
     batch = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
     ids = batch["input_ids"][0]
