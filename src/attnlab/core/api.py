@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 import torch
@@ -11,6 +13,33 @@ from attnlab.core.registry import get_backend, select_backend
 from attnlab.core.softmax import merge_partials
 from attnlab.core.spec import AttentionOutput, build_spec, describe, spec_from_shapes
 from attnlab.core.weigh import weigh_values
+
+# A function that takes over attention() calls while set (attnlab.distributed.sequence_parallel
+# routes the calls of attnlab's modules to the sharded implementations through it). The core
+# never sets it; a dispatched call runs with it unset, so nested calls compute locally.
+_DISPATCH: contextvars.ContextVar = contextvars.ContextVar("attnlab_attention_dispatch",
+                                                           default=None)
+
+
+@contextlib.contextmanager
+def dispatch_to(route):
+    """While the block runs, ``attention(q, k, v, **options)`` calls ``route(q, k, v, options)``
+    instead (options as a dict of every keyword). Restored on exit."""
+    token = _DISPATCH.set(route)
+    try:
+        yield
+    finally:
+        _DISPATCH.reset(token)
+
+
+@contextlib.contextmanager
+def no_dispatch():
+    """Compute locally inside the block even under :func:`dispatch_to`."""
+    token = _DISPATCH.set(None)
+    try:
+        yield
+    finally:
+        _DISPATCH.reset(token)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
@@ -91,6 +120,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
         >>> attention(q, k, v, causal=True).shape
         torch.Size([2, 4, 5, 3])
     """
+    route = _DISPATCH.get()
+    if route is not None:
+        with no_dispatch():
+            return route(q, k, v, dict(
+                mask=mask, causal=causal, window=window, scale=scale, temperature=temperature,
+                dropout_p=dropout_p, generator=generator, softcap=softcap, score_mod=score_mod,
+                sinks=sinks, enable_gqa=enable_gqa, q_lengths=q_lengths, kv_lengths=kv_lengths,
+                backend=backend, return_weights=return_weights, return_lse=return_lse))
     if q_lengths is not None or kv_lengths is not None:
         mask, causal, window = _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths)
     spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,

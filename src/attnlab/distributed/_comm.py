@@ -1,0 +1,168 @@
+"""Point-to-point and collective calls with a deadline, and faults that name the rank.
+
+Every wait has a timeout. When a rank fails inside attnlab's distributed code it writes one line
+to the process group's store (``FAULT_KEY``) before raising; a rank whose wait then fails (the
+peer's connection closes, or the deadline passes) reads that line and raises
+:class:`RankFailure` naming the rank that failed first, instead of gloo's socket message. If the
+store cannot be read (the rank hosting it is gone) the error names the peer it was waiting for.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+FAULT_KEY = "attnlab.distributed.fault"
+DEFAULT_TIMEOUT = 300.0        # seconds any one wait may take before the call gives up
+
+
+class RankFailure(RuntimeError):
+    """A distributed call could not finish because a rank failed, vanished or stalled.
+
+    ``rank`` is the rank at fault when known (else None); the message says what it did."""
+
+    def __init__(self, message: str, rank: int | None = None):
+        super().__init__(message)
+        self.rank = rank
+
+
+def _store():
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:           # no default group, or a torch without the helper
+        return None
+
+
+def post_fault(rank: int, error: BaseException) -> None:
+    """Tell the other ranks that this one failed (first writer wins; never raises)."""
+    if isinstance(error, RankFailure):          # not the origin: keep the first rank's line
+        return
+    store = _store()
+    if store is None:
+        return
+    try:
+        if not store.check([FAULT_KEY]):
+            line = f"rank {rank} raised {type(error).__name__}: {error}".splitlines()[0][:500]
+            store.set(FAULT_KEY, line)
+    except Exception:
+        pass
+
+
+def read_fault() -> str | None:
+    store = _store()
+    if store is None:
+        return None
+    try:
+        if store.check([FAULT_KEY]):
+            return store.get(FAULT_KEY).decode("utf-8", "replace")
+    except Exception:
+        return None
+    return None
+
+
+def _rank_in(line: str) -> int | None:
+    try:
+        return int(line.split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class Comm:
+    """One call's view of the group: rank, size, global ranks of peers, the deadline for each
+    wait and a count of the bytes this rank sent."""
+
+    def __init__(self, group=None, timeout: float | None = None, what: str = "ring_attention"):
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(
+                f"{what} needs torch.distributed initialised: call "
+                "torch.distributed.init_process_group('gloo' or 'nccl') in every process (torchrun "
+                "does the rendezvous), or start the processes with attnlab.distributed.spawn")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.timeout = float(DEFAULT_TIMEOUT if timeout is None else timeout)
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.what = what
+        self.sent_bytes = 0
+        self.work = 0
+        self.step = "start"
+
+    def global_rank(self, r: int) -> int:
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def isend(self, t: torch.Tensor, dst: int, tag: int):
+        t = t.contiguous()
+        self.sent_bytes += t.numel() * t.element_size()
+        return (dist.isend(t, self.global_rank(dst), group=self.group, tag=tag), t, dst)
+
+    def irecv(self, t: torch.Tensor, src: int, tag: int):
+        return (dist.irecv(t, self.global_rank(src), group=self.group, tag=tag), t, src)
+
+    def wait(self, handles) -> None:
+        """Wait for p2p handles from :meth:`isend` / :meth:`irecv`, each within the timeout."""
+        for work, _, peer in handles:
+            self._wait(work, peer)
+
+    def _wait(self, work, peer: int | None) -> None:
+        start = time.monotonic()
+        try:
+            work.wait(datetime.timedelta(seconds=self.timeout))
+        except Exception as error:        # gloo: 'Connection closed by peer', 'Timed out ...'
+            self.fail(error, peer, time.monotonic() - start)
+
+    def fail(self, error: BaseException, peer: int | None, waited: float):
+        line = read_fault()
+        where = f"{self.what} on rank {self.rank} ({self.step})"
+        if line is not None:
+            raise RankFailure(f"{where} stopped: {line}", _rank_in(line)) from error
+        text = str(error)
+        who = f"rank {peer}" if peer is not None else "a peer rank"
+        if "imed out" in text or waited >= self.timeout * 0.99:
+            raise RankFailure(
+                f"{where} timed out after {waited:.0f} s waiting for {who}; it is stalled or "
+                "never reached this call (every rank must make the same distributed calls); "
+                "raise timeout= if a step really takes this long", peer) from error
+        raise RankFailure(f"{where}: {who} closed its connection ({text.splitlines()[0][:160]}); "
+                          "it crashed or exited, see its own error", peer) from error
+
+    def all_gather_ints(self, values: list[int]) -> list[list[int]]:
+        """Every rank's list of ints (same length everywhere), within the timeout."""
+        mine = torch.tensor(values, dtype=torch.long)
+        if self.size == 1:
+            return [values]
+        out = [torch.empty_like(mine) for _ in range(self.size)]
+        work = dist.all_gather(out, mine, group=self.group, async_op=True)
+        self._wait(work, None)
+        return [t.tolist() for t in out]
+
+    def all_to_all(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> None:
+        """``outputs[s]`` <- what rank s sent me; ``inputs[d]`` goes to rank d. Sizes may differ
+        (one flat ``all_to_all_single`` with split sizes: gloo's list form needs equal ones)."""
+        self.sent_bytes += sum(t.numel() * t.element_size()
+                               for i, t in enumerate(inputs) if i != self.rank)
+        if self.size == 1:
+            outputs[0].copy_(inputs[0])
+            return
+        flat_in = torch.cat([t.reshape(-1) for t in inputs])
+        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype,
+                               device=flat_in.device)
+        work = dist.all_to_all_single(flat_out, flat_in,
+                                      output_split_sizes=[t.numel() for t in outputs],
+                                      input_split_sizes=[t.numel() for t in inputs],
+                                      group=self.group, async_op=True)
+        self._wait(work, None)
+        for t, part in zip(outputs, torch.split(flat_out, [t.numel() for t in outputs])):
+            t.copy_(part.view(t.shape))
+
+
+def guarded(comm: Comm, fn, *args, **kwargs):
+    """Run ``fn``; if it raises, post the fault for the other ranks, then re-raise."""
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as error:
+        post_fault(comm.rank, error)
+        raise

@@ -1,0 +1,153 @@
+"""Run attnlab's modules with the sequence sharded: ``SequenceParallel(model)``.
+
+Every token-wise part of a transformer (projections, feed-forward, LayerNorm, residuals) works on
+a shard of the sequence unchanged; only attention needs the other shards. While a
+:class:`SequenceParallel` module (or the :func:`sequence_parallel` block) runs, each
+``attnlab.attention`` call made by attnlab's modules is routed to
+:func:`~attnlab.distributed.ring_attention` or :func:`~attnlab.distributed.ulysses_attention`
+with the local q, k, v. What the module passes is translated: ``is_causal`` / ``causal`` become
+causal on the whole sequence, a key padding mask ``(B, N_local)`` travels with its keys.
+
+Positions are the caller's: add position encodings for the global positions of the local rows
+(:func:`attnlab.distributed.local_positions`). Gradients of the parameters are this rank's share;
+sum them over the ranks (``torch.distributed.all_reduce``) before the optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from torch import nn
+
+from attnlab.core.api import dispatch_to
+from attnlab.distributed.ring import ring_attention
+from attnlab.distributed.ulysses import ulysses_attention
+
+STRATEGIES = ("ring", "ulysses", "auto")
+
+
+def choose_strategy(n_heads: int, n_kv_heads: int, world_size: int, *, window=None,
+                    n_local: int | None = None) -> str:
+    """The rule of docs/distributed.md: ``"ring"`` when a window narrower than a shard lets the
+    ring skip steps, or when the K/V heads do not split evenly over the ranks; else
+    ``"ulysses"`` (it sends each rank ~(2H + 2H_kv)/P head-shards instead of the ring's
+    2 H_kv (P - 1), and runs one whole-sequence call per rank)."""
+    if window is not None and n_local is not None:
+        left, right = (window, window) if isinstance(window, int) else window
+        if left is not None and right is not None and left + right + 1 < n_local:
+            return "ring"
+    heads = n_kv_heads if n_kv_heads >= world_size else n_heads
+    if heads % world_size:
+        return "ring"
+    return "ulysses"
+
+
+def _key_mask_of(mask, q, k) -> torch.Tensor | None:
+    """A module's tensor mask, if it only masks keys (padding), as ``(B, N_k)`` bool."""
+    if mask.dim() < 2 or mask.shape[-2] != 1 or (mask.dim() >= 3 and mask.shape[-3] != 1):
+        raise ValueError(
+            f"under sequence parallelism a tensor mask may only mask keys (shape (B, 1, 1, "
+            f"N_k_local), a key padding mask); got shape {tuple(mask.shape)}. Use causal=True "
+            "or a mask function of global positions (attnlab.masks) for structure")
+    m = mask.reshape(*mask.shape[:-3] if mask.dim() > 3 else (), mask.shape[-1]) \
+        if mask.dim() >= 3 else mask.reshape(-1)
+    if mask.dtype != torch.bool:
+        finite = torch.isfinite(m)
+        if bool((finite & (m != 0)).any()):
+            raise ValueError("under sequence parallelism a float mask may only hold 0 and -inf "
+                             "(key padding); a learned bias cannot travel with the keys")
+        m = m == 0
+    m = m.reshape(-1, m.shape[-1]) if m.dim() > 1 else m.unsqueeze(0)
+    return m.expand(k.shape[0], m.shape[-1]).contiguous()
+
+
+class _Router:
+    def __init__(self, group, strategy, layout, backend, timeout):
+        self.group, self.strategy, self.layout = group, strategy, layout
+        self.backend, self.timeout = backend, timeout
+
+    def __call__(self, q, k, v, options):
+        bad = [name for name in ("score_mod", "sinks", "q_lengths", "kv_lengths")
+               if options[name] is not None]
+        if options["dropout_p"]:
+            bad.append("dropout_p")
+        if options["return_weights"]:
+            raise ValueError("under sequence parallelism attention weights are never gathered: "
+                             "call the module with need_weights=False (return_weights=False)")
+        if bad:
+            raise ValueError(f"sequence-parallel attention does not take {', '.join(bad)}; "
+                             "dropout: put the model in eval() or set dropout=0.0")
+        if q.dim() != 4:
+            raise ValueError(f"sequence-parallel attention takes (B, H, N_local, D), got q of "
+                             f"shape {tuple(q.shape)}")
+        mask, key_mask = options["mask"], None
+        if isinstance(mask, torch.Tensor):
+            key_mask, mask = _key_mask_of(mask, q, k), None
+        scale = options["scale"]
+        if options["temperature"] != 1.0:
+            scale = (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])) \
+                / options["temperature"]
+        strategy = self.strategy
+        if strategy == "auto":
+            import torch.distributed as dist
+            strategy = choose_strategy(q.shape[1], k.shape[1], dist.get_world_size(self.group),
+                                       window=options["window"], n_local=k.shape[2])
+        fn = ring_attention if strategy == "ring" else ulysses_attention
+        backend = "auto" if options["backend"] in (None, "auto") else options["backend"]
+        res = fn(q, k, v, group=self.group, causal=options["causal"], window=options["window"],
+                 mask=mask, key_mask=key_mask, scale=scale, softcap=options["softcap"],
+                 layout=self.layout, backend=backend if self.backend == "auto" else self.backend,
+                 timeout=self.timeout, return_lse=options["return_lse"])
+        if options["return_lse"]:
+            from attnlab.core.spec import AttentionOutput
+            return AttentionOutput(res[0], None, res[1])
+        return res
+
+
+def _check(strategy, layout):
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    from attnlab.distributed.layout import check_layout
+    check_layout(layout)
+
+
+@contextlib.contextmanager
+def sequence_parallel(*, group=None, strategy: str = "ring", layout: str = "zigzag",
+                      backend: str = "auto", timeout: float | None = None):
+    """Inside the block, attnlab's attention calls run sharded over ``group``."""
+    _check(strategy, layout)
+    with dispatch_to(_Router(group, strategy, layout, backend, timeout)):
+        yield
+
+
+class SequenceParallel(nn.Module):
+    """Wrap a module (``MultiheadAttention``, ``EncoderLayer``, ``DecoderLayer``, a whole model)
+    so that its forward sees this rank's shard of the sequence and attends over all of it.
+
+    Args:
+        module: the module; its parameters stay its own (``state_dict`` keys gain ``module.``).
+        group: the process group (default: the world).
+        strategy: ``"ring"``, ``"ulysses"`` or ``"auto"`` (:func:`choose_strategy`).
+        layout: how the sequence was cut, ``"zigzag"`` (default) or ``"contiguous"``.
+        backend: the single-process backend of each block.
+        timeout: seconds any one wait may take.
+
+    Example:
+        >>> layer = SequenceParallel(EncoderLayer(64, 4), layout="zigzag")   # doctest: +SKIP
+        >>> y = layer(shard(x, layout="zigzag", dim=1), is_causal=True)      # doctest: +SKIP
+    """
+
+    def __init__(self, module: nn.Module, *, group=None, strategy: str = "ring",
+                 layout: str = "zigzag", backend: str = "auto", timeout: float | None = None):
+        super().__init__()
+        _check(strategy, layout)
+        self.module = module
+        self.group, self.strategy, self.layout = group, strategy, layout
+        self.backend, self.timeout = backend, timeout
+
+    def forward(self, *args, **kwargs):
+        with sequence_parallel(group=self.group, strategy=self.strategy, layout=self.layout,
+                               backend=self.backend, timeout=self.timeout):
+            return self.module(*args, **kwargs)
