@@ -20,6 +20,8 @@ DEFAULT_TIMEOUT = 300.0        # seconds any one wait may take before the call g
 
 
 class RankFailure(RuntimeError):
+    __module__ = "attnlab.distributed"
+
     """A distributed call could not finish because a rank failed, vanished or stalled.
 
     ``rank`` is the rank at fault when known (else None); the message says what it did."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import queue as queue_mod
 import tempfile
 import time
@@ -19,6 +20,8 @@ from attnlab.distributed._comm import DEFAULT_TIMEOUT, RankFailure, post_fault
 
 
 class SpawnError(RuntimeError):
+    __module__ = "attnlab.distributed"
+
     """Some rank did not finish. ``reports[r]`` is rank r's error text (None if it finished);
     ``rank`` is the first rank that failed of its own accord (not from another's failure)."""
 
@@ -27,8 +30,10 @@ class SpawnError(RuntimeError):
         self.reports, self.rank = reports, rank
 
 
-def _worker(rank, world_size, fn, args, backend, init_file, timeout, results):
+def _worker(rank, world_size, fn, args, backend, init_file, timeout, threads, results):
+    import torch
     import torch.distributed as dist
+    torch.set_num_threads(threads)
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout))
@@ -42,20 +47,25 @@ def _worker(rank, world_size, fn, args, backend, init_file, timeout, results):
         results.close()
         results.join_thread()
         os._exit(1)                                 # no teardown that could wait on peers
-    results.put((rank, "ok", value, None))
+    # Plain pickle bytes: torch's queue would share tensors through file descriptors that
+    # vanish with this process before the parent reads them.
+    results.put((rank, "ok", pickle.dumps(value), None))
     results.close()
     results.join_thread()
     dist.destroy_process_group()
 
 
 def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
-          timeout: float = 120.0, op_timeout: float | None = None) -> list:
+          timeout: float = 120.0, op_timeout: float | None = None,
+          threads: int | None = None) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``nprocs`` fresh processes joined in one process
     group; return each rank's (picklable) result in rank order.
 
     ``fn`` must be importable (a module-level function). ``timeout`` bounds the whole run: after
     it every process still running is terminated and :class:`SpawnError` names them.
     ``op_timeout`` is the process group's own timeout for one collective (default ``timeout``).
+    ``threads``: torch threads per process (default: the CPUs divided among the processes, so
+    P processes do not oversubscribe the machine).
     If a rank raises, the others end with :class:`~attnlab.distributed.RankFailure` naming it
     (their next wait fails); :class:`SpawnError` then carries every rank's message.
     """
@@ -67,7 +77,8 @@ def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
         init_file = os.path.join(tmp, "rendezvous")
         procs = [ctx.Process(target=_worker, daemon=True,
                              args=(r, nprocs, fn, args, backend, init_file,
-                                   op_timeout or min(timeout, DEFAULT_TIMEOUT), results))
+                                   op_timeout or min(timeout, DEFAULT_TIMEOUT),
+                                   threads or max(1, (os.cpu_count() or 1) // nprocs), results))
                  for r in range(nprocs)]
         for p in procs:
             p.start()
@@ -100,7 +111,7 @@ def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
                 p.terminate()
                 p.join(5)
     if len(done) == nprocs and all(kind == "ok" for kind, _, _ in done.values()):
-        return [done[r][1] for r in range(nprocs)]
+        return [pickle.loads(done[r][1]) for r in range(nprocs)]
     reports = {r: (None if r in done and done[r][0] == "ok" else
                    done[r][1] if r in done else "did not finish in time (terminated)")
                for r in range(nprocs)}

@@ -56,6 +56,7 @@ class Options:
     softcap: float | None
     gqa: bool
     backend: str
+    block_dtype: torch.dtype | None = None          # the dtype blocks are computed in
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,10 @@ def plan_steps(q_ranges, k_ranges, band, offset: int, mask_fn) -> int:
     return need
 
 
-def _piece_call(q, k, v, key_mask, gq: tuple[int, int], gk: tuple[int, int], opts: Options,
-                return_grad_inputs: bool = False):
+def _piece_call(q, k, v, key_mask, gq: tuple[int, int], gk: tuple[int, int], opts: Options):
     """One (query piece, key piece) block through the single-process core: ``(out, lse)``."""
+    if opts.block_dtype is not None and q.dtype != opts.block_dtype:
+        q, k, v = q.to(opts.block_dtype), k.to(opts.block_dtype), v.to(opts.block_dtype)
     (q0, q1), (k0, k1) = gq, gk
     n_q, n_k = q1 - q0, k1 - k0
     fns = []
@@ -368,6 +370,14 @@ def _check_local(q, k, v, key_mask, mask, scale, softcap):
             raise ValueError(f"{name} must be a number > 0 or None, got {val!r}")
 
 
+def _block_dtype(dtype: torch.dtype, given: torch.dtype | None) -> torch.dtype | None:
+    if given is not None:
+        if given not in _DTYPES:
+            raise TypeError(f"block_dtype must be one of {_DTYPES} or None, got {given!r}")
+        return given
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else None
+
+
 _FIELDS = ("batch", "query heads", "K/V heads", "head dim", "value dim", "dtype", "causal",
            "window left", "window right", "layout", "key_mask given", "mask given", "scale",
            "softcap")
@@ -384,6 +394,7 @@ def agree(comm: Comm, q, k, v, key_mask, mask, causal, band_given, layout, scale
             _DTYPES.index(q.dtype), int(bool(causal)), code(left), code(right),
             L.LAYOUTS.index(layout), int(key_mask is not None), int(mask is not None),
             code(scale), code(softcap)]
+    comm.step = "checking that every rank passed the same shapes"
     rows = comm.all_gather_ints(mine + [q.shape[2], k.shape[2]])
     for r, row in enumerate(rows):
         for name, a, b in zip(_FIELDS, row, rows[0]):
@@ -407,8 +418,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
                    causal: bool = False, window=None, mask=None,
                    key_mask: torch.Tensor | None = None, scale: float | None = None,
                    softcap: float | None = None, layout: str = "contiguous",
-                   backend: str = "auto", timeout: float | None = None,
-                   return_lse: bool = False, stats: dict | None = None):
+                   backend: str = "auto", block_dtype: torch.dtype | None = None,
+                   timeout: float | None = None, return_lse: bool = False,
+                   stats: dict | None = None):
     """Exact attention of this rank's queries over the keys of every rank in ``group``.
 
     Args:
@@ -423,6 +435,11 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
         layout: ``"contiguous"`` (rank order, any lengths) or ``"zigzag"`` (see
             :mod:`attnlab.distributed.layout`): which global rows each local shard holds.
         backend: the single-process backend for each block (must return lse).
+        block_dtype: the dtype each block is computed in; default float32 for float16 /
+            bfloat16 inputs (the shards travel in their own dtype). A block's output rounded to
+            half precision before the merge has an error that grows with P (its values are
+            averages over fewer keys); pass ``block_dtype=q.dtype`` to trade that for speed
+            (docs/distributed.md has the measurement).
         timeout: seconds any one wait may take (default 300) before :class:`RankFailure`.
         return_lse: also return this rank's lse ``(B, H, N_q_local)``.
         stats: a dict that receives ``steps``, ``work`` (pairs computed) and ``sent_bytes``.
@@ -432,11 +449,11 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     """
     comm = Comm(group, timeout, "ring_attention")
     return guarded(comm, _ring_call, comm, q, k, v, causal, window, mask, key_mask, scale,
-                   softcap, layout, backend, return_lse, stats)
+                   softcap, layout, backend, block_dtype, return_lse, stats)
 
 
 def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, layout, backend,
-               return_lse, stats):
+               block_dtype, return_lse, stats):
     L.check_layout(layout)
     _check_local(q, k, v, key_mask, mask, scale, softcap)
     band_given = _validate_window(window)
@@ -449,7 +466,8 @@ def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, la
     offset = n_k_total - n_q_total
     steps = plan_steps(q_ranges, k_ranges, band, offset, mask)
     plan = Plan(q_ranges, k_ranges, n_q_total, n_k_total, steps)
-    opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend)
+    opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend,
+                   _block_dtype(q.dtype, block_dtype))
     out, lse = _Ring.apply(q, k, v, key_mask, comm, plan, opts)
     if stats is not None:
         stats.update(steps=steps, work=comm.work, sent_bytes=comm.sent_bytes, world_size=comm.size)
@@ -460,7 +478,8 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
                   causal: bool = False, window=None, mask=None,
                   key_mask: torch.Tensor | None = None, scale: float | None = None,
                   softcap: float | None = None, layout: str = "contiguous",
-                  backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+                  backend: str = "auto", block_dtype: torch.dtype | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """The ring's forward arithmetic for ``world_size`` ranks in one process, on whole
     sequences ``(B, H, N, D)``: each rank's shard is cut as :func:`~attnlab.distributed.shard`
     does, its blocks are computed and merged in the ring's order and dtype. Returns the
@@ -471,7 +490,8 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
     q_ranges = L.shard_ranges(q.shape[2], world_size, layout)
     k_ranges = L.shard_ranges(k.shape[2], world_size, layout)
     offset = k.shape[2] - q.shape[2]
-    opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend)
+    opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend,
+                   _block_dtype(q.dtype, block_dtype))
     steps = plan_steps(q_ranges, k_ranges, band, offset, mask)
     acc = _acc_dtype(q.dtype)
     out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=acc)

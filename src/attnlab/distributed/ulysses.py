@@ -118,13 +118,15 @@ def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap,
     if q_all.shape[1] == 0:                     # fewer heads than ranks: nothing to compute
         out = q_all.new_zeros(*q_all.shape[:3], v.shape[-1]) + 0 * (q_all.sum() + k_all.sum()
                                                                      + v_all.sum())
-        lse = out[..., 0].float()
+        lse = out[..., 0]
     else:
         with no_dispatch():
             res = attention(q_all, k_all, v_all, mask=core_mask, causal=causal, window=window,
                             scale=scale, softcap=softcap, enable_gqa=not repeat and h != h_kv,
                             backend=backend, return_lse=True)
         out, lse = res.out, res.lse
+    # every rank must send the same dtype: lse as the ring returns it
+    lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
     if q_order is not None:                     # back to rank order before splitting
         inv = torch.argsort(q_order)
         out, lse = out.index_select(2, inv), lse.index_select(2, inv)

@@ -1,0 +1,140 @@
+"""What the spawned ranks run (importable by the child processes). Each case is a dict that
+both the ranks and the test build the same inputs from (seeded), so a test compares a rank's
+gathered result with a single-process reference computed in the test itself."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab import masks
+from attnlab.distributed import (gather, ring_attention, sequence_parallel, shard,
+                                 ulysses_attention)
+from attnlab.distributed import layout as L
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def inputs(case: dict):
+    """Whole-sequence q, k, v, the key lengths, the cotangents of out and lse (float64)."""
+    g = torch.Generator().manual_seed(case.get("seed", 0))
+    b, h, h_kv, d, d_v = 2, case.get("heads", 4), case.get("kv_heads", 2), case.get("d", 8), 5
+    n_q, n_k = case["n_q"], case.get("n_k", case["n_q"])
+    q = torch.randn(b, h, n_q, d, generator=g, dtype=torch.float64)
+    k = torch.randn(b, h_kv, n_k, d, generator=g, dtype=torch.float64)
+    v = torch.randn(b, h_kv, n_k, d_v, generator=g, dtype=torch.float64)
+    lengths = torch.tensor(case.get("lengths", [n_k, n_k]))
+    c_out = torch.randn(b, h, n_q, d_v, generator=g, dtype=torch.float64)
+    c_lse = torch.randn(b, h, n_q, generator=g, dtype=torch.float64)
+    return q, k, v, lengths, c_out, c_lse
+
+
+def mask_fn(case: dict):
+    """The case's mask function of global positions (or None)."""
+    if case.get("mask") == "segments":
+        n = case.get("n_k", case["n_q"])
+        seg = (torch.arange(n) * 3 // max(n, 1)).expand(2, n)          # three documents
+        return masks.segments(seg)
+    if case.get("mask") == "dilated":
+        return masks.dilated(2)
+    return None
+
+
+def ranges(case: dict, n: int, world: int, key: str):
+    """Every rank's global ranges: the case's own uneven lengths, or as shard() cuts."""
+    given = case.get(key)
+    if given is not None:
+        return L.contiguous_ranges(given)
+    return L.shard_ranges(n, world, case["layout"])
+
+
+def run_case(rank: int, world: int, case: dict):
+    dtype = DTYPES[case.get("dtype", "float64")]
+    q, k, v, lengths, c_out, c_lse = inputs(case)
+    qr = ranges(case, q.shape[2], world, "q_lengths")[rank]
+    kr = ranges(case, k.shape[2], world, "k_lengths")[rank]
+    qs, ks, vs = (L.take(t, rr).to(dtype).requires_grad_(True)
+                  for t, rr in ((q, qr), (k, kr), (v, kr)))
+    key_mask = None
+    if case.get("lengths") is not None:
+        key_mask = L.take(torch.arange(k.shape[2]) < lengths[:, None], kr, dim=-1)
+    fn = ring_attention if case["fn"] == "ring" else ulysses_attention
+    stats: dict = {}
+    out, lse = fn(qs, ks, vs, causal=case.get("causal", False), window=case.get("window"),
+                  mask=mask_fn(case), key_mask=key_mask, softcap=case.get("softcap"),
+                  layout=case["layout"], return_lse=True, timeout=60, stats=stats)
+    finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    loss = (out.double() * L.take(c_out, qr)).sum() + (finite.double() * L.take(c_lse, qr, dim=-1)).sum()
+    loss.backward()
+    layout = case["layout"] if case.get("q_lengths") is None else "contiguous"
+    got = [gather(t.detach().double(), layout=layout, dim=2)
+           for t in (out, lse.unsqueeze(-1), qs.grad)]
+    got += [gather(t.detach().double(), layout=layout, dim=2) for t in (ks.grad, vs.grad)]
+    got[1] = got[1].squeeze(-1)
+    return {"tensors": got if rank == 0 else None, "stats": stats,
+            "finite": all(bool(torch.isfinite(t).all()) for t in (out, qs.grad, ks.grad, vs.grad))}
+
+
+def run_cases(rank: int, world: int, cases: list):
+    torch.set_num_threads(1)
+    return [run_case(rank, world, c) for c in cases]
+
+
+# ------------------------------------------------------------------------- modules
+
+def modules_case(rank: int, world: int, layout: str, strategy: str):
+    """An EncoderLayer (causal, padded) and a DecoderLayer (causal self-attention, cross
+    attention over a padded memory) on shards; returns gathered outputs and the summed
+    parameter gradients."""
+    import torch.distributed as dist
+
+    from attnlab.nn import DecoderLayer, EncoderLayer
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    enc = EncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
+    dec = DecoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 21, 16, generator=g, dtype=torch.float64)
+    tgt = torch.randn(2, 13, 16, generator=g, dtype=torch.float64)
+    pad = torch.zeros(2, 21, dtype=torch.bool)
+    pad[1, 17:] = True                                   # torch's convention: True = padding
+    xs, pads, tgts = (shard(t, layout=layout, dim=1) for t in (x, pad, tgt))
+    with sequence_parallel(strategy=strategy, layout=layout, timeout=60):
+        mem = enc(xs, src_key_padding_mask=pads, is_causal=True)
+        y = dec(tgts, mem, memory_key_padding_mask=pads, tgt_is_causal=True)
+        (y.square().sum() + mem.sum()).backward()
+    grads = {}
+    for name, p in list(enc.named_parameters(prefix="enc")) + list(dec.named_parameters(prefix="dec")):
+        gsum = p.grad.clone()
+        dist.all_reduce(gsum)
+        grads[name] = gsum
+    outs = [gather(t.detach(), layout=layout, dim=1) for t in (mem, y)]
+    return {"mem": outs[0], "y": outs[1], "grads": grads} if rank == 0 else None
+
+
+# ------------------------------------------------------------------------- faults
+
+def fault_case(rank: int, world: int, mode: str):
+    """One good ring call, then rank 1 raises / vanishes / passes a different shape."""
+    import os
+
+    torch.set_num_threads(1)
+    q = torch.randn(1, 2, 8, 4)
+    ring_attention(q, q, q, timeout=20)
+    if rank == 1 and mode == "raise":
+        raise ValueError("rank 1's model code failed")
+    if rank == 1 and mode == "vanish":
+        os._exit(7)
+    if rank == 1 and mode == "shape":
+        q = torch.randn(1, 2, 8, 6)
+    if mode == "mask":
+        def fn(b, h, qi, ki):
+            if rank == 1:
+                raise ValueError("mask function failed on rank 1")
+            return ki <= qi
+        return float(ring_attention(q, q, q, mask=fn, timeout=20).sum())
+    return float(ring_attention(q, q, q, timeout=20).sum())
+
+
+def sleeper(rank: int, world: int):
+    import time
+    time.sleep(60)
