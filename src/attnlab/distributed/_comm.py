@@ -91,6 +91,7 @@ class Comm:
         self.what = what
         self.sent_bytes = 0
         self.work = 0
+        self.wait_s = 0.0           # time spent blocked in waits (communication not hidden)
         self.step = "start"
 
     def global_rank(self, r: int) -> int:
@@ -115,6 +116,8 @@ class Comm:
             work.wait(datetime.timedelta(seconds=self.timeout))
         except Exception as error:        # gloo: 'Connection closed by peer', 'Timed out ...'
             self.fail(error, peer, time.monotonic() - start)
+        finally:
+            self.wait_s += time.monotonic() - start
 
     def fail(self, error: BaseException, peer: int | None, waited: float):
         line = read_fault()

@@ -17,8 +17,9 @@ Backward (a custom autograd function, nothing of the forward's graph is kept). W
 
     dL/do_t = w_t dO           dL/dlse_t = w_t (dO . (o_t - O) + dlse)
 
-so each block's gradient is the single-process backward of ``(o_t, lse_t)`` under those
-cotangents (recomputed from the shard; flash-style backends recompute from lse inside). dQ
+which for a flash-style tile backward is simply its usual backward run against the merged
+``(O, lse)``: ``P = exp(S - lse)`` are the full softmax's entries in the shard's columns and
+``D = dO . O - dlse`` is per row (:func:`attnlab.core.backends.tiled.block_backward`). dQ
 stays home; dK and dV accumulate on accumulators that travel round the ring with their K/V shard
 and are sent back to the owner at the end.
 
@@ -36,8 +37,9 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core.api import attention, no_dispatch
-from attnlab.core.softmax import NEG_INF, finite_or_zero, merge_partials
-from attnlab.core.spec import _validate_window
+from attnlab.core.backends.tiled import block_backward
+from attnlab.core.softmax import NEG_INF, merge_partials
+from attnlab.core.spec import _validate_window, build_spec
 from attnlab.distributed import layout as L
 from attnlab.distributed._comm import Comm, guarded
 
@@ -110,13 +112,13 @@ def plan_steps(q_ranges, k_ranges, band, offset: int, mask_fn) -> int:
     return need
 
 
-def _piece_call(q, k, v, key_mask, gq: tuple[int, int], gk: tuple[int, int], opts: Options):
-    """One (query piece, key piece) block through the single-process core: ``(out, lse)``."""
-    if opts.block_dtype is not None and q.dtype != opts.block_dtype:
-        q, k, v = q.to(opts.block_dtype), k.to(opts.block_dtype), v.to(opts.block_dtype)
+def _piece_options(key_mask, gq: tuple[int, int], gk: tuple[int, int], opts: Options) -> dict:
+    """The core's keyword arguments for one (query piece, key piece) block at global ranges
+    ``gq``, ``gk``: the global band as the block's own window, the mask function shifted to
+    global indices, the key mask."""
     (q0, q1), (k0, k1) = gq, gk
     n_q, n_k = q1 - q0, k1 - k0
-    fns = []
+    fns: list = []
     window = None
     if opts.band is not None:
         left, right = opts.band
@@ -152,10 +154,22 @@ def _piece_call(q, k, v, key_mask, gq: tuple[int, int], gk: tuple[int, int], opt
             mask = key_mask[:, None, None, :]             # (B, 1, 1, n_k)
     if fns:
         mask = fns[0] if len(fns) == 1 else _and(fns)
+    return dict(mask=mask, window=window, scale=opts.scale, softcap=opts.softcap,
+                enable_gqa=opts.gqa)
+
+
+def _in_block_dtype(opts: Options, *ts):
+    if opts.block_dtype is None or ts[0].dtype == opts.block_dtype:
+        return ts
+    return tuple(t.to(opts.block_dtype) for t in ts)
+
+
+def _piece_call(q, k, v, key_mask, gq, gk, opts: Options):
+    """One block through the single-process core: ``(out, lse)``."""
+    q, k, v = _in_block_dtype(opts, q, k, v)
     with no_dispatch():
-        res = attention(q, k, v, mask=mask, window=window, scale=opts.scale,
-                        softcap=opts.softcap, enable_gqa=opts.gqa, backend=opts.backend,
-                        return_lse=True)
+        res = attention(q, k, v, backend=opts.backend, return_lse=True,
+                        **_piece_options(key_mask, gq, gk, opts))
     return res.out, res.lse
 
 
@@ -192,31 +206,24 @@ def accumulate(acc_o, acc_l, q, q_ranges, k, v, key_mask, k_ranges, opts: Option
 
 
 def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, d_out, d_lse):
-    """``(dq, dk, dv)`` of one K/V shard's partials under the merged result's cotangents."""
+    """``(dq, dk, dv)`` of one K/V shard: each block's tile backward against the merged
+    ``(out, lse)`` (:func:`attnlab.core.backends.tiled.block_backward`), which recomputes the
+    block's probabilities from the global lse, so the blocks' gradients sum to the whole's."""
     acc = out.dtype
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     dk = torch.zeros(k.shape, dtype=acc, device=k.device)
     dv = torch.zeros(v.shape, dtype=acc, device=v.device)
     for (lq0, lq1), gq, (lk0, lk1), gk in _pieces(q_ranges, k_ranges, opts):
-        with torch.enable_grad():
-            qp = q[..., lq0:lq1, :].detach().requires_grad_(True)
-            kp = k[..., lk0:lk1, :].detach().requires_grad_(True)
-            vp = v[..., lk0:lk1, :].detach().requires_grad_(True)
-            km = None if key_mask is None else key_mask[:, lk0:lk1]
-            o_b, lse_b = _piece_call(qp, kp, vp, km, gq, gk, opts)
-            o_full, l_full = out[..., lq0:lq1, :], lse[..., lq0:lq1]
-            w = torch.exp(lse_b.detach().to(acc) - finite_or_zero(l_full))     # (B, H, n)
-            g_out = d_out[..., lq0:lq1, :]
-            g_lse = (g_out * (o_b.detach().to(acc) - o_full)).sum(-1)
-            if d_lse is not None:
-                g_lse = g_lse + d_lse[..., lq0:lq1]
-            cot_o = (w.unsqueeze(-1) * g_out).to(o_b.dtype)
-            cot_l = torch.where(torch.isneginf(lse_b.detach()), 0.0, w * g_lse).to(lse_b.dtype)
-            gq_, gk_, gv_ = torch.autograd.grad((o_b, lse_b), (qp, kp, vp), (cot_o, cot_l),
-                                                allow_unused=True)
-        for acc_t, g, sl in ((dq, gq_, (lq0, lq1)), (dk, gk_, (lk0, lk1)), (dv, gv_, (lk0, lk1))):
-            if g is not None:
-                acc_t[..., sl[0]:sl[1], :] += g.to(acc)
+        qp, kp, vp = _in_block_dtype(opts, q[..., lq0:lq1, :], k[..., lk0:lk1, :],
+                                     v[..., lk0:lk1, :])
+        km = None if key_mask is None else key_mask[:, lk0:lk1]
+        spec = build_spec(qp, kp, vp, return_lse=True, **_piece_options(km, gq, gk, opts))
+        gq_, gk_, gv_ = block_backward(qp, kp, vp, out[..., lq0:lq1, :], lse[..., lq0:lq1],
+                                       d_out[..., lq0:lq1, :],
+                                       None if d_lse is None else d_lse[..., lq0:lq1], spec)
+        dq[..., lq0:lq1, :] += gq_.to(acc)
+        dk[..., lk0:lk1, :] += gk_.to(acc)
+        dv[..., lk0:lk1, :] += gv_.to(acc)
     return dq, dk, dv
 
 
@@ -330,6 +337,10 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
         comm.wait(home)
         dk_acc, dv_acc = dk_home, dv_home
     comm.wait(pending_sends)
+    stats = getattr(comm, "stats", None)
+    if stats is not None:               # the backward's share, after the forward's
+        stats.update(backward_sent_bytes=comm.sent_bytes - stats.get("sent_bytes", 0),
+                     backward_wait_s=comm.wait_s - stats.get("wait_s", 0.0))
     return dq.to(q.dtype), dk_acc.to(k.dtype), dv_acc.to(v.dtype)
 
 
@@ -442,7 +453,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
             (docs/distributed.md has the measurement).
         timeout: seconds any one wait may take (default 300) before :class:`RankFailure`.
         return_lse: also return this rank's lse ``(B, H, N_q_local)``.
-        stats: a dict that receives ``steps``, ``work`` (pairs computed) and ``sent_bytes``.
+        stats: a dict that receives ``steps`` (ring rotations), ``work`` (pairs computed),
+            ``sent_bytes`` and ``wait_s`` (time blocked on communication) of the forward, and
+            after the backward ``backward_sent_bytes`` / ``backward_wait_s``.
 
     Returns:
         ``out (B, H, N_q_local, D_v)``, or ``(out, lse)``.
@@ -468,9 +481,11 @@ def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, la
     plan = Plan(q_ranges, k_ranges, n_q_total, n_k_total, steps)
     opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend,
                    _block_dtype(q.dtype, block_dtype))
+    comm.stats = stats
     out, lse = _Ring.apply(q, k, v, key_mask, comm, plan, opts)
     if stats is not None:
-        stats.update(steps=steps, work=comm.work, sent_bytes=comm.sent_bytes, world_size=comm.size)
+        stats.update(steps=steps, work=comm.work, sent_bytes=comm.sent_bytes,
+                     wait_s=comm.wait_s, world_size=comm.size)
     return (out, lse) if return_lse else out
 
 

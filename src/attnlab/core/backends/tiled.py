@@ -21,6 +21,7 @@ Differs from the reference only in the order of floating-point operations.
 from __future__ import annotations
 
 import math
+import types
 
 import torch
 
@@ -309,3 +310,35 @@ register_backend(
     cost=_tiled_cost,
     check=_tiled_check,
 )
+
+
+def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, d_out: torch.Tensor, d_lse: torch.Tensor | None,
+                   spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` of one block of keys that is part of a larger softmax.
+
+    ``out`` and ``lse`` are the **whole** row's result (over every key, not only this block's),
+    ``d_out`` / ``d_lse`` their cotangents. The tile backward above needs nothing else: it
+    recomputes ``P = exp(S - lse)`` for this block's keys, which are exactly the entries of the
+    full softmax in these columns, and ``D = dO . O - dlse`` is a per-row constant. So the
+    gradients of blocks computed apart (ring attention, docs/distributed.md) sum to the
+    gradients of the whole. ``spec`` describes the block (``build_spec`` of its q, k, v and
+    masks); q ``(..., N_q, D_k)``, k, v ``(..., N_k, ·)``, out ``(..., N_q, D_v)``, lse ``(..., N_q)``.
+    """
+    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
+
+    def flat(t, shape, n):
+        return t.expand(*shape, *t.shape[-2:]).reshape(n, *t.shape[-2:]).to(compute)
+    qf, kf, vf = flat(q, spec.batch_shape, n_bh), flat(k, spec.kv_batch_shape, n_kv), \
+        flat(v, spec.kv_batch_shape, n_kv)
+    of = flat(out, spec.batch_shape, n_bh)
+    dof = flat(d_out, spec.batch_shape, n_bh)
+    lf = lse.expand(*spec.batch_shape, spec.n_q).reshape(n_bh, spec.n_q).to(compute)
+    dlf = None if d_lse is None else \
+        d_lse.expand(*spec.batch_shape, spec.n_q).reshape(n_bh, spec.n_q).to(compute)
+    ctx = types.SimpleNamespace(saved_tensors=(qf, kf, vf, of, lf), spec=spec)
+    dq, dk, dv = _TiledAttention.backward(ctx, dof, dlf)[:3]
+    return (dq.view(*spec.batch_shape, spec.n_q, spec.d_k),
+            dk.view(*spec.kv_batch_shape, spec.n_k, spec.d_k),
+            dv.view(*spec.kv_batch_shape, spec.n_k, spec.d_v))
