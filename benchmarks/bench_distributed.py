@@ -106,7 +106,8 @@ def strategy_job(rank: int, world: int, n: int, heads: int, kv_heads: int, d: in
     """Ring and all-to-all on the same shards: forward + backward time and bytes sent."""
     from attnlab.distributed import ulysses_attention
     torch.manual_seed(rank)
-    pos = local_positions(n, layout="zigzag")
+    layout = "contiguous" if window is not None else "zigzag"    # a band needs no balancing
+    pos = local_positions(n, layout=layout)
     out = {}
     for name, fn in (("ring", ring_attention), ("ulysses", ulysses_attention)):
         q = torch.randn(1, heads, pos.numel(), d, requires_grad=True)
@@ -116,10 +117,11 @@ def strategy_job(rank: int, world: int, n: int, heads: int, kv_heads: int, d: in
         for _ in range(2):
             stats: dict = {}
             t = time.perf_counter()
-            fn(q, k, v, causal=True, window=window, layout="zigzag", stats=stats,
+            fn(q, k, v, causal=True, window=window, layout=layout, stats=stats,
                timeout=3600).sum().backward()
             best = min(best, time.perf_counter() - t)
-        out[name] = {"seconds": best, "sent_bytes": stats["sent_bytes"]}
+        out[name] = {"seconds": best, "sent_bytes": stats["sent_bytes"],
+                     "steps": stats["steps"]}
     return out
 
 
@@ -129,7 +131,8 @@ def compare_strategies(n: int, d: int) -> list[dict]:
         for heads, kv_heads, window in ((8, 8, None), (8, 2, None), (6, 6, None),
                                         (8, 8, (256, 0))):
             res = spawn(strategy_job, world, args=(n, heads, kv_heads, d, window), timeout=3600)
-            row = {"P": world, "N": n, "H": heads, "H_kv": kv_heads, "window": window}
+            row = {"P": world, "N": n, "H": heads, "H_kv": kv_heads, "window": window,
+                   "ring_steps": res[0]["ring"]["steps"]}
             for name in ("ring", "ulysses"):
                 row[f"{name}_s"] = max(r[name]["seconds"] for r in res)
                 row[f"{name}_forward_mb_per_rank"] = max(r[name]["sent_bytes"] for r in res) / 2**20

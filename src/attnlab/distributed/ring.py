@@ -182,12 +182,42 @@ def _and(fns):
     return and_fn
 
 
+def _trim(band, offset: int, q: tuple[int, int], k: tuple[int, int]):
+    """Shrink a block to the keys some query sees and the queries that see some key (rows and
+    columns outside hold nothing under the band); None when nothing is left."""
+    (q0, q1), (k0, k1) = q, k
+    if band is None:
+        return q, k
+    left, right = band
+    if left is not None:
+        k0 = max(k0, q0 + offset - left)
+        q1 = min(q1, k1 - 1 - offset + left + 1)
+    if right is not None:
+        k1 = min(k1, q1 - 1 + offset + right + 1)
+        q0 = max(q0, k0 - offset - right)
+    if left is not None:                    # the key range may have shrunk with the rows
+        k0 = max(k0, q0 + offset - left)
+    if right is not None:
+        k1 = min(k1, q1 - 1 + offset + right + 1)
+    if q1 <= q0 or k1 <= k0:
+        return None
+    return (q0, q1), (k0, k1)
+
+
 def _pieces(q_ranges, k_ranges, opts: Options):
-    """The visible (local q slice, global q range, local k slice, global k range) blocks."""
+    """The visible (local q slice, global q range, local k slice, global k range) blocks, each
+    trimmed to the rows and keys the band leaves in it (so that the block's own window can
+    express the band and the backends skip what it excludes)."""
     for lq0, lq1, gq0, gq1 in L.local_slices(q_ranges):
         for lk0, lk1, gk0, gk1 in L.local_slices(k_ranges):
-            if _visible(opts.band, opts.offset, (gq0, gq1), (gk0, gk1)):
-                yield (lq0, lq1), (gq0, gq1), (lk0, lk1), (gk0, gk1)
+            if not _visible(opts.band, opts.offset, (gq0, gq1), (gk0, gk1)):
+                continue
+            trimmed = _trim(opts.band, opts.offset, (gq0, gq1), (gk0, gk1))
+            if trimmed is None:
+                continue
+            (a0, a1), (b0, b1) = trimmed
+            yield ((lq0 + a0 - gq0, lq0 + a1 - gq0), (a0, a1),
+                   (lk0 + b0 - gk0, lk0 + b1 - gk0), (b0, b1))
 
 
 def accumulate(acc_o, acc_l, q, q_ranges, k, v, key_mask, k_ranges, opts: Options) -> int:
