@@ -10,7 +10,7 @@ from pathlib import Path
 import attnlab
 
 ROOT = Path(attnlab.__file__).parent
-LIBRARY = ("core", "nn", "inspect", "models", "distributed")
+LIBRARY = ("core", "nn", "inspect", "models", "distributed", "diagnose")
 ABOVE = ("cli", "plots")
 
 

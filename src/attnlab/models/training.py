@@ -130,7 +130,7 @@ def _progress(verbose: bool, description: str):
 
 def train(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
           train_data: Sequence[torch.Tensor], val_data: Sequence[torch.Tensor] | None,
-          config: TrainConfig, description: str = "training") -> TrainHistory:
+          config: TrainConfig, description: str = "training", monitor=None) -> TrainHistory:
     """Fit ``model`` in place; returns the loss history.
 
     Args:
@@ -138,6 +138,9 @@ def train(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
             ``train_data`` (already on the model's device).
         train_data: tensors sharing their first dimension (inputs and targets).
         val_data: the same layout, or None to train for ``max_epochs`` and keep the last weights.
+        monitor: an :class:`attnlab.diagnose.AttentionMonitor` of ``model``; each optimizer
+            step's forward runs inside ``monitor.step(step)`` and ``monitor.after_backward()``
+            follows its backward.
     """
     n = len(train_data[0])
     if n == 0:
@@ -146,6 +149,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = TrainHistory()
     best, best_state, bad = math.inf, None, 0
+    step = 0
     with _progress(config.verbose, description) as bar:
         task = bar.add_task(description, total=config.max_epochs, losses="")
         for epoch in range(config.max_epochs):
@@ -154,9 +158,16 @@ def train(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
             total = 0.0
             for start in range(0, n, config.batch_size):
                 idx = order[start:start + config.batch_size].to(train_data[0].device)
-                loss = loss_fn(model, *(t[idx] for t in train_data))
+                if monitor is None:
+                    loss = loss_fn(model, *(t[idx] for t in train_data))
+                else:
+                    with monitor.step(step):
+                        loss = loss_fn(model, *(t[idx] for t in train_data))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if monitor is not None:
+                    monitor.after_backward()
+                step += 1
                 if config.clip_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
                 opt.step()

@@ -49,10 +49,12 @@ class DecoderLayer(nn.Module):
                  activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
                  layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, backend: str = "auto",
-                 device=None, dtype=None):
+                 device=None, dtype=None, qk_norm: str | None = None,
+                 softcap: float | None = None, temperature: float = 1.0):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
-        mha = dict(dropout=dropout, bias=bias, batch_first=True, backend=backend, **factory)
+        mha = dict(dropout=dropout, bias=bias, batch_first=True, backend=backend,
+                   qk_norm=qk_norm, softcap=softcap, temperature=temperature, **factory)
         self.self_attn = MultiheadAttention(d_model, nhead, **mha)
         self.multihead_attn = MultiheadAttention(d_model, nhead, **mha)
         self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias, **factory)

@@ -125,6 +125,9 @@ def _causal_bias(attn_mask, is_causal: bool, n_q: int, n_k: int):
     return ~keep, is_causal
 
 
+QK_NORMS = (None, "layernorm", "rmsnorm")
+
+
 class MultiheadAttention(nn.Module):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017, section 3.2.2).
 
@@ -144,6 +147,13 @@ class MultiheadAttention(nn.Module):
             multi-head, convertible to torch). K/V projections then have ``num_kv_heads * D_h``
             outputs and are never repeated (the core's ``enable_gqa``).
         backend: passed to :func:`attnlab.attention` (``"auto"`` by default).
+        qk_norm: ``"layernorm"`` or ``"rmsnorm"`` on each head's q and k before the dot
+            product (Dehghani et al. 2023, ViT-22B; Wortsman et al. 2023): it bounds the logits
+            by the norms' gains times ``sqrt(D_h)``, whatever the inputs' scale. Default None.
+        softcap: cap c of ``c tanh(s / c)`` on the scaled scores (Gemma 2). Default None.
+        temperature: divides the scaled scores; > 1 flattens the softmax. Default 1.0.
+        These three remedies of attention-logit growth (docs/diagnostics.md) make the module
+        inconvertible to torch's.
 
     Shapes (batch_first=True): query ``(B, N_q, E)``, key ``(B, N_k, kdim)``,
     value ``(B, N_k, vdim)`` -> output ``(B, N_q, E)`` and weights ``(B, N_q, N_k)`` averaged over
@@ -162,7 +172,8 @@ class MultiheadAttention(nn.Module):
                  add_bias_kv: bool = False, add_zero_attn: bool = False,
                  kdim: int | None = None, vdim: int | None = None, batch_first: bool = False,
                  num_kv_heads: int | None = None, backend: str = "auto", device=None,
-                 dtype=None):
+                 dtype=None, qk_norm: str | None = None, softcap: float | None = None,
+                 temperature: float = 1.0):
         super().__init__()
         for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
@@ -185,6 +196,19 @@ class MultiheadAttention(nn.Module):
         self.vdim = vdim if vdim is not None else embed_dim
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.dropout, self.batch_first, self.backend = dropout, batch_first, backend
+        if qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {QK_NORMS}, got {qk_norm!r}")
+        if softcap is not None and not (isinstance(softcap, (int, float)) and softcap > 0):
+            raise ValueError(f"softcap must be a number > 0 or None, got {softcap!r}")
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+        self.qk_norm, self.softcap, self.temperature = qk_norm, softcap, float(temperature)
+        if qk_norm is not None:                  # one norm over D_h shared by all heads
+            norm = nn.LayerNorm if qk_norm == "layernorm" else nn.RMSNorm
+            self.q_norm = norm(embed_dim // num_heads, **factory)
+            self.k_norm = norm(embed_dim // num_heads, **factory)
+        else:
+            self.q_norm = self.k_norm = None
         self._split = [embed_dim, kv_e, kv_e]                              # q, k, v outputs
         if self._qkv_same_embed_dim:
             self.in_proj_weight = nn.Parameter(torch.empty(embed_dim + 2 * kv_e, embed_dim,
@@ -298,6 +322,8 @@ class MultiheadAttention(nn.Module):
         q = q.view(bsz, n_q, h, d).transpose(1, 2)                       # (B, H, N_q, D_h)
         k = k.view(bsz, n_k, h_kv, d).transpose(1, 2)                    # (B, H_kv, N_k, D_h)
         v = v.view(bsz, n_k, h_kv, d).transpose(1, 2)                    # (B, H_kv, N_k, D_h)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.add_zero_attn:                       # an all-zero key/value after the heads
             k = torch.cat([k, k.new_zeros(bsz, h_kv, 1, d)], dim=2)
             v = torch.cat([v, v.new_zeros(bsz, h_kv, 1, d)], dim=2)
@@ -307,7 +333,8 @@ class MultiheadAttention(nn.Module):
         # caller did not ask for them (the reference backend then serves the call).
         recording = _recording.listening()
         want = need_weights or recording
-        res = attention(q, k, v, mask=mask, causal=is_causal,
+        res = attention(q, k, v, mask=mask, causal=is_causal, softcap=self.softcap,
+                        temperature=self.temperature,
                         dropout_p=self.dropout if self.training else 0.0,
                         enable_gqa=h_kv != h, backend="auto" if recording else self.backend,
                         return_weights=want)
@@ -363,6 +390,12 @@ class MultiheadAttention(nn.Module):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A torch.nn.MultiheadAttention with the same configuration and weights."""
+        extras = [f"{n}={getattr(self, n)!r}" for n, off in (("qk_norm", None), ("softcap", None),
+                                                              ("temperature", 1.0))
+                  if getattr(self, n) != off]
+        if extras:
+            raise ValueError(f"torch.nn.MultiheadAttention has no {', '.join(extras)}; set them "
+                             "to their defaults to convert")
         if self.num_kv_heads != self.num_heads:
             raise ValueError(f"torch.nn.MultiheadAttention has no grouped-query attention; this "
                              f"module has num_kv_heads={self.num_kv_heads} < num_heads="

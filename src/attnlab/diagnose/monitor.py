@@ -1,0 +1,176 @@
+"""A training monitor: attention statistics every k steps, attention layers' gradient norms,
+and named alarms with a one-line remedy each.
+
+    monitor = AttentionMonitor(model, every=50)
+    for step, batch in enumerate(data):
+        with monitor.step(step):              # records this forward when step % every == 0
+            loss = loss_fn(model(batch))
+        loss.backward()
+        monitor.after_backward()              # gradient norms of the attention layers
+        opt.step()
+    monitor.alarms                            # what went wrong, where, when, and the remedy
+
+``attnlab.models.training.train(..., monitor=monitor)`` does the two calls itself.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from attnlab.diagnose.watch import Diagnosis, watch
+
+# Thresholds. Scores: Dehghani et al. 2023 (ViT-22B) saw attention logits grow past ~50 before
+# the loss diverged; with a unit-variance scale the std should stay near 1. Saturation: rows with
+# one weight > 0.99 pass almost no gradient. Entropy collapse (Zhai et al. 2023): entropy far
+# below ln n.
+THRESHOLDS = {"score_max": 50.0, "score_std": 10.0, "saturation": 0.5,
+              "entropy_ratio": 0.05, "jacobian_norm": 1e-3}
+
+REMEDIES = {
+    "score explosion": "normalise q and k (qk_norm='layernorm', Wortsman et al. 2023), cap the "
+                       "logits (softcap=50, Gemma 2), or lower the learning rate",
+    "saturation": "the softmax is one-hot: check the 1/sqrt(d_k) scale, raise the temperature, "
+                  "or add qk_norm",
+    "entropy collapse": "attention has collapsed onto single keys: lower the learning rate, "
+                        "add qk_norm, or use sigma-reparametrised projections (Zhai et al. 2023)",
+    "vanishing softmax gradient": "the softmax passes almost no gradient: reduce the score "
+                                  "scale (temperature > 1) or normalise q and k",
+    "vanishing gradient": "the attention layers' gradients are ~0: use pre-LN layers "
+                          "(norm_first=True), residual connections, or scaled init",
+}
+
+
+@dataclass
+class Alarm:
+    name: str
+    step: int
+    layer: str
+    value: float
+    remedy: str
+
+    def __str__(self) -> str:
+        return f"step {self.step}, {self.layer}: {self.name} ({self.value:.3g}); {self.remedy}"
+
+
+@dataclass
+class Record:
+    step: int
+    layers: list[dict]
+    grad_norms: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class AttentionMonitor:
+    """Records attention health every ``every`` steps and raises named alarms.
+
+    Args:
+        model: the model being trained (attnlab modules, torch MultiheadAttention, or
+            transformers).
+        every: record one step in ``every``; other steps cost nothing.
+        thresholds: overrides of :data:`THRESHOLDS`.
+        grad_floor: an attention layer whose gradient norm falls below this raises
+            "vanishing gradient".
+    """
+
+    def __init__(self, model: nn.Module, every: int = 50, thresholds: dict | None = None,
+                 grad_floor: float = 1e-7):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        unknown = set(thresholds or {}) - set(THRESHOLDS)
+        if unknown:
+            raise ValueError(f"unknown thresholds {sorted(unknown)}; known: {sorted(THRESHOLDS)}")
+        self.model, self.every = model, every
+        self.thresholds = {**THRESHOLDS, **(thresholds or {})}
+        self.grad_floor = grad_floor
+        self.history: list[Record] = []
+        self.alarms: list[Alarm] = []
+        self._pending: Record | None = None
+        self._attn = [(n, m) for n, m in model.named_modules() if _is_attention(m)]
+
+    @contextmanager
+    def step(self, step: int):
+        """Wrap the forward pass of training step ``step``."""
+        if step % self.every:
+            yield None
+            return
+        start = time.perf_counter()
+        with watch(self.model) as diag:
+            yield diag
+        self._pending = Record(step, diag.per_layer(), seconds=time.perf_counter() - start)
+        self.history.append(self._pending)
+        self._check_scores(self._pending, diag)
+
+    def after_backward(self) -> None:
+        """After ``loss.backward()`` of a recorded step: each attention layer's gradient norm."""
+        rec, self._pending = self._pending, None
+        if rec is None:
+            return
+        for name, m in self._attn:
+            grads = [p.grad for p in m.parameters() if p.grad is not None]
+            if not grads:
+                continue
+            norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads)))
+            rec.grad_norms[name or type(m).__name__] = norm
+            if norm < self.grad_floor:
+                self._alarm("vanishing gradient", rec.step, name, norm)
+
+    def _alarm(self, name, step, layer, value):
+        self.alarms.append(Alarm(name, step, layer, float(value), REMEDIES[name]))
+
+    def _check_scores(self, rec: Record, diag: Diagnosis) -> None:
+        t = self.thresholds
+        for layer in rec.layers:
+            name = layer["layer"]
+            if layer["score_max"] > t["score_max"] or layer["score_std"] > t["score_std"]:
+                self._alarm("score explosion", rec.step, name, layer["score_max"])
+            if layer["saturation"] > t["saturation"]:
+                self._alarm("saturation", rec.step, name, layer["saturation"])
+            if layer["n_keys"] > 1 and layer["entropy_ratio"] < t["entropy_ratio"]:
+                self._alarm("entropy collapse", rec.step, name, layer["entropy_ratio"])
+            if layer["n_keys"] > 1 and layer["jacobian_norm"] < t["jacobian_norm"]:
+                self._alarm("vanishing softmax gradient", rec.step, name, layer["jacobian_norm"])
+
+    def series(self, key: str) -> dict[str, list[tuple[int, float]]]:
+        """``{layer: [(step, value), ...]}`` of one statistic (or ``"grad_norm"``)."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for rec in self.history:
+            if key == "grad_norm":
+                for name, v in rec.grad_norms.items():
+                    out.setdefault(name, []).append((rec.step, v))
+                continue
+            for layer in rec.layers:
+                out.setdefault(layer["layer"], []).append((rec.step, layer[key]))
+        return out
+
+    def table(self):
+        """The last record as a rich table (one row per attention layer)."""
+        from rich.table import Table
+        table = Table(title=f"attention health at step {self.history[-1].step}"
+                      if self.history else "attention health (nothing recorded yet)")
+        for col in ("layer", "score std", "score max", "saturated", "entropy/ln n",
+                    "|J| softmax", "sink", "grad norm"):
+            table.add_column(col, justify="left" if col == "layer" else "right")
+        if self.history:
+            rec = self.history[-1]
+            for layer in rec.layers:
+                g = rec.grad_norms.get(layer["layer"])
+                table.add_row(layer["layer"], f"{layer['score_std']:.2f}",
+                              f"{layer['score_max']:.1f}", f"{layer['saturation']:.0%}",
+                              f"{layer['entropy_ratio']:.2f}", f"{layer['jacobian_norm']:.3f}",
+                              f"{layer['sink_mass']:.2f}", "" if g is None else f"{g:.2e}")
+        return table
+
+
+def _is_attention(m: nn.Module) -> bool:
+    from attnlab.nn.multihead import MultiheadAttention
+    if isinstance(m, (MultiheadAttention, nn.MultiheadAttention)):
+        return True
+    # transformers' attention modules (BertSelfAttention, LlamaAttention, ...): the innermost
+    # module named *Attention that owns parameters
+    return (type(m).__name__.endswith("Attention") and any(True for _ in m.parameters())
+            and not any(type(c).__name__.endswith("Attention") for c in m.children()))
