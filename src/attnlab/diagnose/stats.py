@@ -80,7 +80,9 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = N
                       temperature=temperature, softcap=softcap)
     b, n_q, n_k, d = q.shape[0], q.shape[2], k.shape[2], q.shape[3]
     c = spec.scale / spec.temperature
-    qf, kf = q.detach().double(), k.detach().double()
+    # tiles in float32 (float64 inputs stay float64); every sum is accumulated in float64
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qf, kf = q.detach().to(work), k.detach().to(work)
     neg = float("-inf")
     row = lambda fill: torch.full((b, h, n_q), fill, dtype=torch.float64, device=q.device)  # noqa: E731
     m, l1, l2, l3, t1 = row(neg), row(0.0), row(0.0), row(0.0), row(0.0)
@@ -96,11 +98,11 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = N
         qs = qf[:, :, i0:i1]
         for j0 in range(0, n_k, block_k):
             j1 = min(j0 + block_k, n_k)
-            s = torch.einsum("bhqd,bhkd->bhqk", qs, kf[:, :, j0:j1]) * c     # (B, H, bq, bk)
+            s = torch.matmul(qs, kf[:, :, j0:j1].transpose(-1, -2)) * c     # (B, H, bq, bk)
             if spec.softcap is not None:
                 s = spec.softcap * torch.tanh(s / spec.softcap)
             if float_mask is not None:
-                s = s + tile_of(float_mask, (i0, i1), (j0, j1)).double()
+                s = s + tile_of(float_mask, (i0, i1), (j0, j1)).to(work)
             keep = torch.isfinite(s)
             structure = spec.structure_tile((i0, i1), (j0, j1))
             if structure is not None:
@@ -109,22 +111,24 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = N
                 keep = keep & tile_of(bool_mask, (i0, i1), (j0, j1))
             s = s.masked_fill(~keep, neg)
             sk = torch.where(keep, s, 0.0)
-            tot += sk.sum(dim=(-1, -2))
-            tot2 += (sk * sk).sum(dim=(-1, -2))
+            tot += sk.sum(dim=(-1, -2)).double()
+            tot2 += (sk * sk).sum(dim=(-1, -2)).double()
             count += keep.sum(dim=(-1, -2))
-            smax = torch.maximum(smax, s.amax(dim=(-1, -2)))
+            smax = torch.maximum(smax, s.amax(dim=(-1, -2)).double())
             if j0 == 0:
-                s0[:, :, i0:i1] = s[..., 0]
+                s0[:, :, i0:i1] = s[..., 0].double()
             kept[:, :, i0:i1] += keep.sum(dim=-1)
-            m_new = torch.maximum(m[:, :, i0:i1], s.amax(dim=-1))
+            m_new = torch.maximum(m[:, :, i0:i1], s.amax(dim=-1).double())
             m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)
             shift = torch.where(torch.isneginf(m[:, :, i0:i1]), 0.0,
                                 torch.exp(m[:, :, i0:i1] - m_safe))
-            e = torch.exp(s - m_safe.unsqueeze(-1))                          # 0 where masked
-            l1[:, :, i0:i1] = l1[:, :, i0:i1] * shift + e.sum(-1)
-            l2[:, :, i0:i1] = l2[:, :, i0:i1] * shift ** 2 + (e * e).sum(-1)
-            l3[:, :, i0:i1] = l3[:, :, i0:i1] * shift ** 3 + (e * e * e).sum(-1)
-            t1[:, :, i0:i1] = t1[:, :, i0:i1] * shift + (e * sk).sum(-1)
+            e = torch.exp(s - m_safe.unsqueeze(-1).to(work))                 # 0 where masked
+            e2 = e * e
+            f64 = torch.float64
+            l1[:, :, i0:i1] = l1[:, :, i0:i1] * shift + e.sum(-1).to(f64)
+            l2[:, :, i0:i1] = l2[:, :, i0:i1] * shift ** 2 + e2.sum(-1).to(f64)
+            l3[:, :, i0:i1] = l3[:, :, i0:i1] * shift ** 3 + (e2 * e).sum(-1).to(f64)
+            t1[:, :, i0:i1] = t1[:, :, i0:i1] * shift + (e * sk).sum(-1).to(f64)
             m[:, :, i0:i1] = m_new
     live = l1 > 0                                                            # rows with a key
     l_safe = torch.where(live, l1, 1.0)
@@ -142,9 +146,10 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = N
     n_entries = count.sum(0).clamp(min=1)
     mean = tot.sum(0) / n_entries
     var = (tot2.sum(0) / n_entries - mean ** 2).clamp(min=0)
-    var_q = qf.var(dim=2, unbiased=False).mean(0)                            # (H, D)
-    var_k = kf.var(dim=2, unbiased=False).mean(0)
-    mean_q, mean_k = qf.mean(dim=2).mean(0), kf.mean(dim=2).mean(0)
+    q64, k64 = qf.double(), kf.double()
+    var_q = q64.var(dim=2, unbiased=False).mean(0)                           # (H, D)
+    var_k = k64.var(dim=2, unbiased=False).mean(0)
+    mean_q, mean_k = q64.mean(dim=2).mean(0), k64.mean(dim=2).mean(0)
     # Var(q.k) for independent q, k: sum_d (var_q var_k + var_q mu_k^2 + mu_q^2 var_k)
     expected = c * torch.sqrt((var_q * var_k + var_q * mean_k ** 2 + mean_q ** 2 * var_k).sum(-1))
     return HeadStats(
