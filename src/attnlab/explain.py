@@ -286,3 +286,164 @@ def _transformers_map(path, batch, layer: int, head: int) -> torch.Tensor | None
     with torch.no_grad():
         maps = hf(**batch, output_attentions=True).attentions
     return maps[layer][0, head].double()
+
+
+def unscaled_note(wt: Walkthrough) -> list[str]:
+    """What the 1/sqrt(D_k) scale prevents, on this walk's own Q and K: the largest weight of
+    each row and the rows' entropy with and without the scale."""
+    keep = wt.keep
+    lines = []
+    for tag, c in (("with 1/sqrt(D_k)", wt.scale / wt.temperature),
+                   ("without the scale", 1.0 / wt.temperature)):
+        s = (wt.s * c).masked_fill(~keep, float("-inf"))
+        live = keep.any(-1)
+        a = torch.softmax(s[live], dim=-1)
+        ent = -(a * torch.log(torch.where(a > 0, a, 1.0))).sum(-1)
+        lines.append(f"{tag}: score std {float((wt.s * c)[keep].std()):.2f}, largest weight per "
+                     f"row {float(a.amax(-1).mean()):.2f} on average, entropy "
+                     f"{float(ent.mean()):.2f} nats (uniform: {math.log(keep.shape[1]):.2f})")
+    return lines
+
+
+@dataclass
+class HeadsWalk:
+    """Multi-head attention of one real layer, step by step: the projections, the split into
+    heads, each head's attention, the concatenation and the output projection."""
+
+    tokens: list[str]
+    x: torch.Tensor                   # (N, E) the layer's input
+    q: torch.Tensor                   # (N, E) X W_q^T + b_q, all heads side by side
+    heads: list[Walkthrough]          # one per head
+    concat: torch.Tensor              # (N, E)
+    out: torch.Tensor                 # (N, E) concat W_o^T + b_o
+    checks: list[Check] = field(default_factory=list)
+    source: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(c.passed for c in self.checks) and all(h.ok for h in self.heads)
+
+
+def heads_walk(text: str, model: str = "default", layer: int = 0) -> HeadsWalk:
+    """Every step of multi-head attention on a real layer of a BERT model (float64), checked
+    against the layer's own attention output."""
+    from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(model)
+    ours = BertModel.from_pretrained(path)
+    cfg = ours.config
+    if not 0 <= layer < cfg.num_hidden_layers:
+        raise ValueError(f"layer must be in 0..{cfg.num_hidden_layers - 1} for this model, got {layer}")
+    if not text.strip():
+        raise ValueError("--text is empty; give a sentence to walk through")
+    tok = load_tokenizer(path)
+    batch = tok([text], return_tensors="pt")
+    n = batch["input_ids"].shape[1]
+    if n > MAX_TOKENS:
+        raise ValueError(f"--text has {n} tokens; explain takes at most {MAX_TOKENS}")
+    tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    with torch.no_grad():
+        res = ours(batch["input_ids"], batch["attention_mask"], return_hidden_states=True)
+        x = res.hidden_states[layer][0].double()                      # (N, E)
+        mha = ours.encoder.layers[layer].self_attn
+        e, h, dh = mha.embed_dim, mha.num_heads, mha.head_dim
+        w = mha.in_proj_weight.double().view(3, e, e)
+        b = mha.in_proj_bias.double().view(3, e)
+        q_all, k_all, v_all = (x @ w[i].T + b[i] for i in range(3))   # (N, E) each
+        walks = []
+        for hh in range(h):
+            cols = slice(hh * dh, (hh + 1) * dh)                      # head hh's D_h columns
+            walks.append(walk(tokens, q_all[:, cols], k_all[:, cols], v_all[:, cols]))
+        concat = torch.cat([wt.o for wt in walks], dim=-1)            # (N, E)
+        out = concat @ mha.out_proj.weight.double().T + mha.out_proj.bias.double()
+        ref = mha.double()(x[None], x[None], x[None], need_weights=False)[0][0]
+        mha.float()
+    hw = HeadsWalk(tokens, x, q_all, walks, concat, out)
+    err = float((out - ref).abs().max())
+    hw.checks.append(Check("concat(heads) W_o + b equals the layer's attention output",
+                           err <= 1e-10, f"max difference {err:.2e}, float64"))
+    name = "all-MiniLM-L6-v2" if str(model) == "default" else path.name
+    hw.source = f"{name}, layer {layer}, text {text!r}"
+    return hw
+
+
+def render_heads(hw: HeadsWalk, console: Console) -> None:
+    n, e = hw.x.shape
+    h = len(hw.heads)
+    dh = e // h
+    console.rule("[bold]multi-head attention, step by step")
+    console.print(escape(f"source: {hw.source}"))
+    console.print(f"N = {n} tokens, E = {e}, H = {h} heads of D_h = E / H = {dh}")
+    console.print(f"1. project: Q = X W_q^T + b_q, K = X W_k^T + b_k, V = X W_v^T + b_v, each "
+                  f"({n} x {e}); X is the layer's input")
+    console.print(f"2. split: columns h*{dh} .. (h+1)*{dh} - 1 of Q, K, V are head h's "
+                  f"({n} x {dh}) query, key and value matrices")
+    console.print(f"3. each head: A_h = softmax(Q_h K_h^T / sqrt({dh})), O_h = A_h V_h; "
+                  "head 0 in full:")
+    w0 = hw.heads[0]
+    _show(console, f"A_0 ({n} x {n})", w0.a, hw.tokens, hw.tokens)
+    console.print("   what each head's queries attend to most (row argmax of A_h):")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("query")
+    for hh in range(h):
+        table.add_column(f"h{hh}", justify="center")
+    for i, t in enumerate(hw.tokens):
+        table.add_row(escape(t), *[escape(hw.tokens[int(wt.a[i].argmax())]) for wt in hw.heads])
+    console.print(table)
+    console.print(f"4. concatenate: [O_0 | O_1 | ... | O_{h - 1}] ({n} x {e})")
+    console.print(f"5. output projection: concat W_o^T + b_o ({n} x {e}), what the layer adds "
+                  "to its residual stream")
+    console.rule("[bold]checks (float64)")
+    for c in hw.checks + [c for wt in hw.heads[:1] for c in wt.checks]:
+        mark = "[green]PASS[/green]" if c.passed else "[red]FAIL[/red]"
+        console.print(f"{mark}  {escape(c.name)}  [dim]({escape(c.detail)})[/dim]")
+    failed = sum(not c.passed for wt in hw.heads for c in wt.checks)
+    console.print(f"{'[green]PASS[/green]' if not failed else '[red]FAIL[/red]'}  every head's "
+                  f"steps checked against the library  [dim]({h} heads, {failed} failures)[/dim]")
+
+
+@dataclass
+class AdditiveWalk:
+    """Additive (Bahdanau) scoring on the same Q and K as a walk, beside the dot product."""
+
+    tokens: list[str]
+    scores: torch.Tensor              # (N, N) v^T tanh(W_q q_i + W_k k_j + b)
+    a: torch.Tensor                   # (N, N)
+    dot: Walkthrough
+    checks: list[Check] = field(default_factory=list)
+
+
+def additive_walk(wt: Walkthrough, hidden: int | None = None, seed: int = 0) -> AdditiveWalk:
+    """Score the walk's queries and keys with a (seeded, untrained) additive scorer, compute
+    its softmax by the formula and check it against :class:`attnlab.nn.AdditiveAttention`."""
+    from attnlab.nn import AdditiveAttention
+
+    d = wt.q.shape[1]
+    torch.manual_seed(seed)
+    add = AdditiveAttention(d, d, hidden_dim=hidden or d).double()
+    with torch.no_grad():
+        hq = wt.q @ add.w_q.weight.T                                     # (N_q, H)
+        hk = wt.k @ add.w_k.weight.T + add.w_k.bias                      # (N_k, H)
+        s = (torch.tanh(hq[:, None, :] + hk[None, :, :]) @ add.v.weight.T).squeeze(-1)
+        s = s.masked_fill(~wt.keep, float("-inf"))
+        a = torch.zeros_like(s)
+        live = wt.keep.any(-1)
+        a[live] = torch.softmax(s[live], dim=-1)
+        res = add(wt.q, wt.k, wt.v, mask=wt.keep, return_weights=True)
+    aw = AdditiveWalk(wt.tokens, s, a, wt)
+    err = float((res.weights - a).abs().max())
+    aw.checks.append(Check("formula = AdditiveAttention", err <= 1e-12, f"max |dA| = {err:.2e}"))
+    return aw
+
+
+def render_additive(aw: AdditiveWalk, console: Console) -> None:
+    console.rule("[bold]additive (Bahdanau) scoring on the same Q and K")
+    console.print("s_ij = v^T tanh(W_q q_i + W_k k_j + b): a one-layer network scores each pair "
+                  "(weights drawn at random here, as before training); the dot product scores it "
+                  "by q_i . k_j / sqrt(D_k) with no parameters of its own.")
+    _show(console, "additive scores s_ij", aw.scores, aw.tokens, aw.tokens)
+    _show(console, "A = softmax of each row (additive)", aw.a, aw.tokens, aw.tokens)
+    _show(console, "A (scaled dot product, step 3 above)", aw.dot.a, aw.tokens, aw.tokens)
+    for c in aw.checks:
+        mark = "[green]PASS[/green]" if c.passed else "[red]FAIL[/red]"
+        console.print(f"{mark}  {escape(c.name)}  [dim]({escape(c.detail)})[/dim]")

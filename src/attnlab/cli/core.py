@@ -26,9 +26,17 @@ def explain(
     text: Optional[str] = typer.Option(None, help="Sentence for --model (default: a short one)."),
     layer: int = typer.Option(0, help="Layer of --model (0-based)."),
     head: int = typer.Option(0, help="Head of --model (0-based)."),
+    heads: bool = typer.Option(False, "--heads", help="Multi-head attention of --layer step by "
+                               "step: project, split, every head, concatenate, W_o (checked "
+                               "against the layer's output)."),
+    additive: bool = typer.Option(False, "--additive", help="Also score the same Q and K with "
+                                  "additive (Bahdanau) attention, beside the dot product."),
+    no_scale: bool = typer.Option(False, "--no-scale", help="Also show what the 1/sqrt(D_k) "
+                                  "scale prevents on these Q and K (score spread, peakedness)."),
 ):
     """Show every step of attention on real numbers and check the code equals the formula."""
-    from attnlab.explain import example, model_walk, render, walk
+    from attnlab.explain import (additive_walk, example, heads_walk, model_walk, render,
+                                 render_additive, render_heads, unscaled_note, walk)
     from attnlab.plots.explain import write_heatmaps
 
     if plots and out.exists() and not out.is_dir():
@@ -36,8 +44,19 @@ def explain(
     for name, val, lo, hi in (("--n", n, 1, 64), ("--d", d, 1, 64)):
         if val is not None and not lo <= val <= hi:
             raise UsageError(f"{name} must be between {lo} and {hi} (it is printed in full), got {val}")
-    if text is not None and model is None:
+    if (text is not None or heads) and model is None:
         model = "default"
+    if heads:
+        try:
+            hw = heads_walk("The cat sat on the mat." if text is None else text, model,
+                            layer=layer)
+        except (ValueError, TypeError, FileNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+        render_heads(hw, console)
+        if not hw.ok:
+            console.print("[red]some checks failed[/red]")
+            raise typer.Exit(1)
+        return
     try:
         if model is not None:
             if (causal or window is not None or seed is not None or n is not None
@@ -54,6 +73,14 @@ def explain(
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
     render(wt, console)
+    if no_scale:
+        console.rule("[bold]what the 1/sqrt(D_k) scale prevents")
+        for line in unscaled_note(wt):
+            console.print(line)
+    if additive:
+        aw = additive_walk(wt)
+        render_additive(aw, console)
+        wt.checks.extend(aw.checks)
     if plots:
         paths = write_heatmaps(wt, out)
         console.print(f"\nheatmaps written to {out}/: " + ", ".join(p.name for p in paths))

@@ -30,14 +30,15 @@ STRATEGIES = ("ring", "ulysses", "auto")
 
 def choose_strategy(n_heads: int, n_kv_heads: int, world_size: int, *, window=None,
                     n_local: int | None = None) -> str:
-    """The rule of docs/distributed.md: ``"ring"`` when a window narrower than a shard lets the
-    ring skip steps, or when the K/V heads do not split evenly over the ranks; else
-    ``"ulysses"`` (it sends each rank ~(2H + 2H_kv)/P head-shards instead of the ring's
-    2 H_kv (P - 1), and runs one whole-sequence call per rank)."""
-    if window is not None and n_local is not None:
-        left, right = (window, window) if isinstance(window, int) else window
-        if left is not None and right is not None and left + right + 1 < n_local:
-            return "ring"
+    """The rule of docs/distributed.md: ``"ulysses"`` when the (K/V) heads split evenly over
+    the ranks, else ``"ring"``.
+
+    Measured on one 2-core machine (benchmarks/bench_distributed.py), all-to-all was as fast or
+    faster in every configuration (1.0-1.3x dense causal, 2x with a 256-token window, where the
+    ring's tile backward computes more than the band). With uneven heads the busiest all-to-all
+    rank holds ceil(H / P) heads, which separate devices would wait for; the ring's work does
+    not depend on the head count. ``window`` and ``n_local`` are accepted for a future rule
+    that weighs the ring's skipped steps (it sends less with a narrow window)."""
     heads = n_kv_heads if n_kv_heads >= world_size else n_heads
     if heads % world_size:
         return "ring"
@@ -95,11 +96,13 @@ class _Router:
             strategy = choose_strategy(q.shape[1], k.shape[1], dist.get_world_size(self.group),
                                        window=options["window"], n_local=k.shape[2])
         fn = ring_attention if strategy == "ring" else ulysses_attention
-        backend = "auto" if options["backend"] in (None, "auto") else options["backend"]
+        backend = self.backend if self.backend != "auto" else options["backend"] or "auto"
+        if backend == "auto" and strategy == "ring":
+            backend = "tiled"                      # the ring's default: memory of one tile
         res = fn(q, k, v, group=self.group, causal=options["causal"], window=options["window"],
                  mask=mask, key_mask=key_mask, scale=scale, softcap=options["softcap"],
-                 layout=self.layout, backend=backend if self.backend == "auto" else self.backend,
-                 timeout=self.timeout, return_lse=options["return_lse"])
+                 layout=self.layout, backend=backend, timeout=self.timeout,
+                 return_lse=options["return_lse"])
         if options["return_lse"]:
             from attnlab.core.spec import AttentionOutput
             return AttentionOutput(res[0], None, res[1])

@@ -351,11 +351,12 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
         if incoming:
             comm.wait(incoming)
             gk, gv = gk + in_k, gv + in_v
+        comm.wait(pending_sends)         # the last step's accumulators have left: free them
         if t < steps:
             nxt = (r + 1) % world
-            pending_sends += [comm.isend(gk, nxt, _TAG_DK), comm.isend(gv, nxt, _TAG_DV)]
+            pending_sends = [comm.isend(gk, nxt, _TAG_DK), comm.isend(gv, nxt, _TAG_DV)]
         elif steps > 0:
-            pending_sends += [comm.isend(gk, src, _TAG_HOME_K), comm.isend(gv, src, _TAG_HOME_V)]
+            pending_sends = [comm.isend(gk, src, _TAG_HOME_K), comm.isend(gv, src, _TAG_HOME_V)]
         else:
             dk_acc, dv_acc = gk, gv
         comm.wait(recvs)
@@ -459,7 +460,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
                    causal: bool = False, window=None, mask=None,
                    key_mask: torch.Tensor | None = None, scale: float | None = None,
                    softcap: float | None = None, layout: str = "contiguous",
-                   backend: str = "auto", block_dtype: torch.dtype | None = None,
+                   backend: str = "tiled", block_dtype: torch.dtype | None = None,
                    timeout: float | None = None, return_lse: bool = False,
                    stats: dict | None = None):
     """Exact attention of this rank's queries over the keys of every rank in ``group``.
@@ -475,7 +476,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
         scale, softcap: as :func:`attnlab.attention`.
         layout: ``"contiguous"`` (rank order, any lengths) or ``"zigzag"`` (see
             :mod:`attnlab.distributed.layout`): which global rows each local shard holds.
-        backend: the single-process backend for each block (must return lse).
+        backend: the single-process backend of each block's forward (it must return lse;
+            default ``"tiled"``, whose memory is one tile: ``"auto"`` may pick the reference
+            for mid-sized blocks, which builds the block's score matrix). The backward always
+            runs the tiled kernels' block backward.
         block_dtype: the dtype each block is computed in; default float32 for float16 /
             bfloat16 inputs (the shards travel in their own dtype). A block's output rounded to
             half precision before the merge has an error that grows with P (its values are
@@ -523,7 +527,7 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
                   causal: bool = False, window=None, mask=None,
                   key_mask: torch.Tensor | None = None, scale: float | None = None,
                   softcap: float | None = None, layout: str = "contiguous",
-                  backend: str = "auto", block_dtype: torch.dtype | None = None
+                  backend: str = "tiled", block_dtype: torch.dtype | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """The ring's forward arithmetic for ``world_size`` ranks in one process, on whole
     sequences ``(B, H, N, D)``: each rank's shard is cut as :func:`~attnlab.distributed.shard`
