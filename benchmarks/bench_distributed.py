@@ -7,7 +7,9 @@ the ring's volume, how much communication the compute hides, and PyTorch's conte
 
 Each rank builds only its own shard (B=1, H=2, D=64, float32, causal, zig-zag layout) and runs
 forward + backward once, after a warm-up call at 2048 tokens per rank. Memory is the process's
-peak resident set above what it held after the warm-up and building its inputs. Bytes on the wire are read from the loopback interface's counters
+peak resident set above what it held after the warm-up and building its inputs, with glibc
+told to map every allocation over 128 KiB on its own (MALLOC_MMAP_THRESHOLD_, set for the
+ranks by this script) so that freed tensors leave the resident set. Bytes on the wire are read from the loopback interface's counters
 (/proc/net/dev) around the call, all ranks together, divided by P; the ring's volume per rank is
 (P - 1) K/V shards forward, (P - 1) K/V shards plus P float32 dK/dV shards backward.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import time
@@ -164,6 +167,10 @@ def main() -> None:
         from attnlab.plots.distributed import layout_figure
         layout_figure(args.figure)
     strategies = compare_strategies(args.strategies, args.d) if args.strategies else []
+    # For the memory rows only (it slows every allocation down): large tensors in their own
+    # mappings, returned on free, so the resident high-water mark is the peak of live memory,
+    # not of what glibc's heap kept after earlier frees. The ranks inherit it.
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
     rows = []
     for world in [int(w) for w in args.worlds.split(",")]:
         res = spawn(rank_job, world, args=(args.n, args.heads, args.d), timeout=7200)
