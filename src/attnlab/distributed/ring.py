@@ -350,7 +350,7 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
         dq += gq
         if incoming:
             comm.wait(incoming)
-            gk, gv = gk + in_k, gv + in_v
+            gk, gv = in_k.add_(gk), in_v.add_(gv)   # in place: no third shard-sized buffer
         comm.wait(pending_sends)         # the last step's accumulators have left: free them
         if t < steps:
             nxt = (r + 1) % world
