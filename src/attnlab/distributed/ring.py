@@ -235,12 +235,15 @@ def accumulate(acc_o, acc_l, q, q_ranges, k, v, key_mask, k_ranges, opts: Option
     return work
 
 
-def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, d_out, d_lse):
+def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, d_out, d_lse,
+                dq: torch.Tensor | None = None):
     """``(dq, dk, dv)`` of one K/V shard: each block's tile backward against the merged
     ``(out, lse)`` (:func:`attnlab.core.backends.tiled.block_backward`), which recomputes the
-    block's probabilities from the global lse, so the blocks' gradients sum to the whole's."""
+    block's probabilities from the global lse, so the blocks' gradients sum to the whole's.
+    ``dq``: a buffer to add this shard's dq into (else a new one)."""
     acc = out.dtype
-    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    if dq is None:
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     dk = torch.zeros(k.shape, dtype=acc, device=k.device)
     dv = torch.zeros(v.shape, dtype=acc, device=v.device)
     for (lq0, lq1), gq, (lk0, lk1), gk in _pieces(q_ranges, k_ranges, opts):
@@ -322,12 +325,6 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
     d_lse = None if d_lse is None else torch.where(torch.isneginf(lse), 0.0, d_lse.to(acc))
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     held = (k.contiguous(), v.contiguous(), key_mask)
-    home = []
-    if steps > 0:                     # my accumulators come back from the last holder
-        dk_home = torch.empty(k.shape, dtype=acc, device=k.device)
-        dv_home = torch.empty(v.shape, dtype=acc, device=v.device)
-        holder = (r + steps) % world
-        home = [comm.irecv(dk_home, holder, _TAG_HOME_K), comm.irecv(dv_home, holder, _TAG_HOME_V)]
     pending_sends = []
     dk_acc = dv_acc = None
     for t in range(steps + 1):
@@ -345,13 +342,13 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
             in_v = torch.empty((*v.shape[:2], n_src, v.shape[-1]), dtype=acc, device=v.device)
             prv = (r - 1) % world
             incoming = [comm.irecv(in_k, prv, _TAG_DK), comm.irecv(in_v, prv, _TAG_DV)]
-        gq, gk, gv = block_grads(q, plan.q_ranges[r], held[0], held[1], held[2],
-                                 plan.k_ranges[src], opts, out, lse, d_out, d_lse)
-        dq += gq
+        comm.wait(pending_sends)         # the last step's accumulators have left: free them
+        pending_sends = []
+        _, gk, gv = block_grads(q, plan.q_ranges[r], held[0], held[1], held[2],
+                                plan.k_ranges[src], opts, out, lse, d_out, d_lse, dq=dq)
         if incoming:
             comm.wait(incoming)
             gk, gv = in_k.add_(gk), in_v.add_(gv)   # in place: no third shard-sized buffer
-        comm.wait(pending_sends)         # the last step's accumulators have left: free them
         if t < steps:
             nxt = (r + 1) % world
             pending_sends = [comm.isend(gk, nxt, _TAG_DK), comm.isend(gv, nxt, _TAG_DV)]
@@ -364,9 +361,14 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
         if bufs is not None:
             held = tuple(bufs)
     if steps > 0:
+        # my accumulators come back from their last holder; posted only now, so that their
+        # buffers do not exist while the blocks are computed (the holder's send waits for it)
         comm.step = "backward: dK/dV coming home"
-        comm.wait(home)
-        dk_acc, dv_acc = dk_home, dv_home
+        dk_acc = torch.empty(k.shape, dtype=acc, device=k.device)
+        dv_acc = torch.empty(v.shape, dtype=acc, device=v.device)
+        holder = (r + steps) % world
+        comm.wait([comm.irecv(dk_acc, holder, _TAG_HOME_K),
+                   comm.irecv(dv_acc, holder, _TAG_HOME_V)])
     comm.wait(pending_sends)
     stats = getattr(comm, "stats", None)
     if stats is not None:               # the backward's share, after the forward's
