@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from matplotlib.ticker import NullFormatter
+
 from attnlab.plots._figure import figure
 
 BLUE, ORANGE, GREEN, RED, GREY = "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8C8C8C"
@@ -123,8 +125,11 @@ def monitor_figure(monitor, paths) -> None:
                 steps, values = zip(*points) if points else ((), ())
                 ax.plot(steps, values, lw=1.2, label=layer)
             ax.set(xlabel="step", title=title)
-            if key in ("score_max", "grad_norm"):
+            if key == "score_max":                 # logits may be negative: symmetric log
+                ax.set_yscale("symlog", linthresh=1.0)
+            elif key == "grad_norm":
                 ax.set_yscale("log")
+                ax.yaxis.set_minor_formatter(NullFormatter())
         axes[0].legend(fontsize=7)
         for alarm in monitor.alarms[:1]:
             fig.suptitle(f"first alarm: {alarm.name} at step {alarm.step} in {alarm.layer}",
