@@ -59,8 +59,14 @@ def run_case(rank: int, world: int, case: dict):
         key_mask = L.take(torch.arange(k.shape[2]) < lengths[:, None], kr, dim=-1)
     fn = ring_attention if case["fn"] == "ring" else ulysses_attention
     stats: dict = {}
+    mask = mask_fn(case)
+    if case.get("pad_as") is not None:          # padding given as a tensor mask instead
+        keep = key_mask[:, None, None, :]
+        mask = keep if case["pad_as"] == "bool" else \
+            torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+        key_mask = None
     out, lse = fn(qs, ks, vs, causal=case.get("causal", False), window=case.get("window"),
-                  mask=mask_fn(case), key_mask=key_mask, softcap=case.get("softcap"),
+                  mask=mask, key_mask=key_mask, softcap=case.get("softcap"),
                   layout=case["layout"], return_lse=True, timeout=60, stats=stats)
     finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
     loss = (out.double() * L.take(c_out, qr)).sum() + (finite.double() * L.take(c_lse, qr, dim=-1)).sum()

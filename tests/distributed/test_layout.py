@@ -116,3 +116,15 @@ def test_any_band_any_split_is_exact(n_q, n_k, world, layout, causal, left, righ
     ref = attention(q, k, v, causal=causal, window=window, backend="reference", return_lse=True)
     assert max_err(out, ref.out) < 1e-12
     assert torch.equal(torch.isneginf(lse), torch.isneginf(ref.lse))
+
+
+def test_a_tensor_mask_must_mask_keys_only():
+    q = torch.randn(1, 2, 6, 4, dtype=torch.float64)
+    keep = torch.tensor([True] * 4 + [False] * 2)
+    out, _, _ = simulate_ring(q, q, q, 2, mask=keep.view(1, 1, 1, 6))
+    ref = attention(q, q, q, mask=keep.view(1, 1, 1, 6), backend="reference")
+    assert max_err(out, ref) < 1e-13
+    with pytest.raises(ValueError, match="may only mask keys"):
+        simulate_ring(q, q, q, 2, mask=torch.ones(6, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="only hold 0 and -inf"):
+        simulate_ring(q, q, q, 2, mask=torch.full((1, 1, 1, 6), 0.5))

@@ -46,6 +46,9 @@ def cases(world: int) -> list[dict]:
                     "heads": 6, "kv_heads": 3, "softcap": 2.0})
         out.append({"fn": fn, "layout": "zigzag", "n_q": 23, "mask": "dilated",
                     "heads": 3, "kv_heads": 3})
+        for pad_as in ("bool", "float"):            # padding as a (B, 1, 1, N_local) mask
+            out.append({"fn": fn, "layout": "contiguous", "n_q": 23, "causal": True,
+                        "lengths": [23, 11], "pad_as": pad_as})
     for dtype in ("float32", "bfloat16"):
         out.append({"fn": "ring", "layout": "zigzag", "n_q": 40, "causal": True,
                     "lengths": [40, 31], "dtype": dtype, "d": 16})

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 
-import torch
 from torch import nn
 
 from attnlab.core.api import dispatch_to
@@ -45,25 +44,6 @@ def choose_strategy(n_heads: int, n_kv_heads: int, world_size: int, *, window=No
     return "ulysses"
 
 
-def _key_mask_of(mask, q, k) -> torch.Tensor | None:
-    """A module's tensor mask, if it only masks keys (padding), as ``(B, N_k)`` bool."""
-    if mask.dim() < 2 or mask.shape[-2] != 1 or (mask.dim() >= 3 and mask.shape[-3] != 1):
-        raise ValueError(
-            f"under sequence parallelism a tensor mask may only mask keys (shape (B, 1, 1, "
-            f"N_k_local), a key padding mask); got shape {tuple(mask.shape)}. Use causal=True "
-            "or a mask function of global positions (attnlab.masks) for structure")
-    m = mask.reshape(*mask.shape[:-3] if mask.dim() > 3 else (), mask.shape[-1]) \
-        if mask.dim() >= 3 else mask.reshape(-1)
-    if mask.dtype != torch.bool:
-        finite = torch.isfinite(m)
-        if bool((finite & (m != 0)).any()):
-            raise ValueError("under sequence parallelism a float mask may only hold 0 and -inf "
-                             "(key padding); a learned bias cannot travel with the keys")
-        m = m == 0
-    m = m.reshape(-1, m.shape[-1]) if m.dim() > 1 else m.unsqueeze(0)
-    return m.expand(k.shape[0], m.shape[-1]).contiguous()
-
-
 class _Router:
     def __init__(self, group, strategy, layout, backend, timeout):
         self.group, self.strategy, self.layout = group, strategy, layout
@@ -83,9 +63,7 @@ class _Router:
         if q.dim() != 4:
             raise ValueError(f"sequence-parallel attention takes (B, H, N_local, D), got q of "
                              f"shape {tuple(q.shape)}")
-        mask, key_mask = options["mask"], None
-        if isinstance(mask, torch.Tensor):
-            key_mask, mask = _key_mask_of(mask, q, k), None
+        mask = options["mask"]                     # a key padding tensor becomes key_mask
         scale = options["scale"]
         if options["temperature"] != 1.0:
             scale = (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])) \
@@ -100,7 +78,7 @@ class _Router:
         if backend == "auto" and strategy == "ring":
             backend = "tiled"                      # the ring's default: memory of one tile
         res = fn(q, k, v, group=self.group, causal=options["causal"], window=options["window"],
-                 mask=mask, key_mask=key_mask, scale=scale, softcap=options["softcap"],
+                 mask=mask, scale=scale, softcap=options["softcap"],
                  layout=self.layout, backend=backend, timeout=self.timeout,
                  return_lse=options["return_lse"])
         if options["return_lse"]:

@@ -404,11 +404,11 @@ def _check_local(q, k, v, key_mask, mask, scale, softcap):
                 f"key_mask must be a bool tensor (B, N_k_local) = {(k.shape[0], k.shape[2])} "
                 "with True for real keys, got "
                 f"{type(key_mask).__name__ if not isinstance(key_mask, torch.Tensor) else (key_mask.dtype, tuple(key_mask.shape))}")
-    if mask is not None and (isinstance(mask, torch.Tensor) or not callable(mask)):
+    if mask is not None and not isinstance(mask, torch.Tensor) and not callable(mask):
         raise TypeError(
             "mask must be a mask function fn(b, h, q_idx, kv_idx) of global positions "
-            "(attnlab.masks), got a " + type(mask).__name__ + "; a dense mask cannot be split "
-            "across ranks. Pass padding as key_mask=(B, N_k_local) bool instead")
+            "(attnlab.masks) or a key padding tensor (B, 1, 1, N_k_local), got a "
+            + type(mask).__name__)
     for name, val in (("scale", scale), ("softcap", softcap)):
         if val is not None and not (isinstance(val, (int, float)) and val > 0):
             raise ValueError(f"{name} must be a number > 0 or None, got {val!r}")
@@ -420,6 +420,52 @@ def _block_dtype(dtype: torch.dtype, given: torch.dtype | None) -> torch.dtype |
             raise TypeError(f"block_dtype must be one of {_DTYPES} or None, got {given!r}")
         return given
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else None
+
+
+def key_mask_from(mask: torch.Tensor, batch: int, n_k: int) -> torch.Tensor:
+    """A tensor ``mask`` that masks keys only (query dim 1: ``(B | 1, 1, 1, N_k_local)``,
+    ``(1, N_k_local)`` or ``(N_k_local,)``; bool True = may attend, or float 0 / -inf) as the
+    ``(B, N_k_local)`` bool key mask that travels with its keys. Anything that varies with the
+    query cannot be split across ranks and is refused."""
+    t = mask
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    if (t.dim() > 4 or t.shape[-1] != n_k or t.shape[-2] != 1 or t.shape[-3] != 1
+            or t.shape[0] not in (1, batch)):
+        raise ValueError(
+            f"a tensor mask across ranks may only mask keys: shape (B or 1, 1, 1, N_k_local = "
+            f"{n_k}), got {tuple(mask.shape)}; for causal, windows or documents pass causal=, "
+            "window= or a mask function of global positions (attnlab.masks)")
+    t = t[:, 0, 0, :]
+    if t.dtype != torch.bool:
+        if bool((torch.isfinite(t) & (t != 0)).any()):
+            raise ValueError("a float mask across ranks may only hold 0 and -inf (key padding); "
+                             "a learned bias cannot travel with the keys")
+        t = t == 0
+    return t.expand(batch, n_k).contiguous()
+
+
+def checked_locally(q, k, v, key_mask, mask, scale, softcap):
+    """This rank's own checks, before any communication; a failure is posted for the other
+    ranks (when a process group exists) so that they end naming this rank. Returns the
+    (mask function, key mask) split of ``mask``."""
+    try:
+        _check_local(q, k, v, key_mask, mask, scale, softcap)
+        return _masks_of(mask, key_mask, k)
+    except (TypeError, ValueError) as error:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            from attnlab.distributed._comm import post_fault
+            post_fault(dist.get_rank(), error)
+        raise
+
+
+def _masks_of(mask, key_mask, k):
+    """Split ``mask`` into (mask function or None, key mask or None)."""
+    if isinstance(mask, torch.Tensor):
+        km = key_mask_from(mask, k.shape[0], k.shape[2])
+        return None, km if key_mask is None else (km & key_mask)
+    return mask, key_mask
 
 
 _FIELDS = ("batch", "query heads", "K/V heads", "head dim", "value dim", "dtype", "causal",
@@ -473,7 +519,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
             a multiple of ``H_kv`` is grouped-query attention.
         group: the process group (default: the world).
         causal, window: as :func:`attnlab.attention`, on the whole sequences.
-        mask: a mask function ``fn(b, h, q_idx, kv_idx)`` of global positions, or None.
+        mask: a mask function ``fn(b, h, q_idx, kv_idx)`` of global positions, or a tensor
+            that masks this rank's keys only (``(B, 1, 1, N_k_local)``, bool or 0 / -inf; it
+            becomes ``key_mask``), or None.
         key_mask: ``(B, N_k_local)`` bool, True for real keys (padding), or None.
         scale, softcap: as :func:`attnlab.attention`.
         layout: ``"contiguous"`` (rank order, any lengths) or ``"zigzag"`` (see
@@ -496,6 +544,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     Returns:
         ``out (B, H, N_q_local, D_v)``, or ``(out, lse)``.
     """
+    mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap)
     comm = Comm(group, timeout, "ring_attention")
     return guarded(comm, _ring_call, comm, q, k, v, causal, window, mask, key_mask, scale,
                    softcap, layout, backend, block_dtype, return_lse, stats)
@@ -504,7 +553,6 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
 def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, layout, backend,
                block_dtype, return_lse, stats):
     L.check_layout(layout)
-    _check_local(q, k, v, key_mask, mask, scale, softcap)
     band_given = _validate_window(window)
     band = band_of(causal, window)
     lengths = agree(comm, q, k, v, key_mask, mask, causal, band_given, layout, scale, softcap,
@@ -537,6 +585,7 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
     reassembled ``(out, lse)`` and every rank's work (pairs computed). For measuring how the
     error behaves with more ranks than a machine can run."""
     _check_local(q, k, v, key_mask, mask, scale, softcap)
+    mask, key_mask = _masks_of(mask, key_mask, k)
     band = band_of(causal, window)
     q_ranges = L.shard_ranges(q.shape[2], world_size, layout)
     k_ranges = L.shard_ranges(k.shape[2], world_size, layout)

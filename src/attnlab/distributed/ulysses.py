@@ -19,7 +19,7 @@ from attnlab.core.api import attention, no_dispatch
 from attnlab.core.spec import _validate_window
 from attnlab.distributed import layout as L
 from attnlab.distributed._comm import Comm, guarded
-from attnlab.distributed.ring import _check_local, agree
+from attnlab.distributed.ring import agree, checked_locally
 
 
 def head_split(n_heads: int, n_kv_heads: int, world: int) -> tuple[list[int], list[int], bool]:
@@ -74,6 +74,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, grou
     :func:`~attnlab.distributed.ring_attention`; ``backend`` runs the whole-sequence attention
     of this rank's heads.
     """
+    mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap)
     comm = Comm(group, timeout, "ulysses_attention")
     return guarded(comm, _ulysses_call, comm, q, k, v, causal, window, mask, key_mask, scale,
                    softcap, layout, backend, return_lse, stats)
@@ -82,7 +83,6 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, grou
 def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, layout, backend,
                   return_lse, stats):
     L.check_layout(layout)
-    _check_local(q, k, v, key_mask, mask, scale, softcap)
     band_given = _validate_window(window)
     lengths = agree(comm, q, k, v, key_mask, mask, causal, band_given, layout, scale, softcap,
                     "ulysses_attention")
