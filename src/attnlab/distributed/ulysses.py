@@ -19,7 +19,7 @@ from attnlab.core.api import attention, no_dispatch
 from attnlab.core.spec import _validate_window
 from attnlab.distributed import layout as L
 from attnlab.distributed._comm import Comm, guarded
-from attnlab.distributed.ring import agree, checked_locally
+from attnlab.distributed._checks import agree, checked_locally
 
 
 def head_split(n_heads: int, n_kv_heads: int, world: int) -> tuple[list[int], list[int], bool]:

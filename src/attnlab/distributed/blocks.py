@@ -1,0 +1,223 @@
+"""Ring attention's blocks: which (query piece, key piece) blocks a band leaves, and each
+block's forward and backward through the single-process core.
+
+A block is a contiguous global query range against a contiguous global key range. The global
+band (causal and window, bottom-right aligned on the whole sequences) becomes the block's own
+``window`` after trimming the block to the rows and keys the band leaves in it; where the shift
+cannot be written as a window it becomes a mask function. The user's mask function is shifted
+to global indices, a key mask is sliced with its keys. Used by :mod:`attnlab.distributed.ring`
+(each rank's blocks as the shards arrive) and by :func:`~attnlab.distributed.simulate_ring`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.core import masks as M
+from attnlab.core.api import attention, no_dispatch
+from attnlab.core.backends.tiled import block_backward
+from attnlab.core.softmax import merge_partials
+from attnlab.core.spec import _validate_window, build_spec
+from attnlab.distributed import layout as L
+from attnlab.distributed._checks import DTYPES
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every block call gets: the global band, the user's mask function, the rest."""
+
+    band: tuple[int | None, int | None] | None     # causal folded in (right = 0)
+    offset: int                                    # N_k - N_q of the whole sequences
+    mask_fn: object
+    scale: float | None
+    softcap: float | None
+    gqa: bool
+    backend: str
+    block_dtype: torch.dtype | None = None          # the dtype blocks are computed in
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def band_of(causal: bool, window) -> tuple[int | None, int | None] | None:
+    """Causal and window folded into one (left, right) band, None when unbounded."""
+    band = _validate_window(window)
+    if causal:
+        band = (band[0] if band is not None else None, 0)
+    return band
+
+
+def _visible(band, offset: int, q: tuple[int, int], k: tuple[int, int]) -> bool:
+    """Whether any query in global range q sees any key in global range k under the band."""
+    (q0, q1), (k0, k1) = q, k
+    if q1 <= q0 or k1 <= k0:
+        return False
+    if band is None:
+        return True
+    left, right = band
+    lo = k0 if left is None else max(k0, q0 + offset - left)
+    hi = k1 - 1 if right is None else min(k1 - 1, q1 - 1 + offset + right)
+    return lo <= hi
+
+
+def plan_steps(q_ranges, k_ranges, band, offset: int, mask_fn) -> int:
+    """Rotations needed: the largest t at which some rank's queries see the shard of rank r-t
+    (all P-1 when a mask function may keep anything)."""
+    world = len(q_ranges)
+    if mask_fn is not None or band is None:
+        return world - 1
+    need = 0
+    for t in range(1, world):
+        for r in range(world):
+            src = (r - t) % world
+            if any(_visible(band, offset, qr, kr) for qr in q_ranges[r] for kr in k_ranges[src]):
+                need = t
+    return need
+
+
+def _piece_options(key_mask, gq: tuple[int, int], gk: tuple[int, int], opts: Options) -> dict:
+    """The core's keyword arguments for one (query piece, key piece) block at global ranges
+    ``gq``, ``gk``: the global band as the block's own window, the mask function shifted to
+    global indices, the key mask."""
+    (q0, q1), (k0, k1) = gq, gk
+    n_q, n_k = q1 - q0, k1 - k0
+    fns: list = []
+    window = None
+    if opts.band is not None:
+        left, right = opts.band
+        e = q0 - k0 + opts.offset - (n_k - n_q)         # the piece's shift of the alignment
+        lo_l = None if left is None else left - e
+        lo_r = None if right is None else right + e
+        covers = ((left is None or q1 - 1 + opts.offset - left <= k0)
+                  and (right is None or q0 + opts.offset + right >= k1 - 1))
+        if covers:
+            window = None
+        elif (lo_l is None or lo_l >= 0) and (lo_r is None or lo_r >= 0):
+            window = (lo_l, lo_r)
+        else:                                           # an alignment the core cannot express
+            d = q0 - k0 + opts.offset
+
+            def band_fn(b, h, qi, ki, d=d, left=left, right=right):
+                keep = torch.ones_like(qi + ki, dtype=torch.bool)
+                if left is not None:
+                    keep = keep & (ki >= qi + d - left)
+                if right is not None:
+                    keep = keep & (ki <= qi + d + right)
+                return keep
+            fns.append(band_fn)
+    if opts.mask_fn is not None:
+        fn = opts.mask_fn
+        fns.append(lambda b, h, qi, ki, fn=fn: fn(b, h, qi + q0, ki + k0))
+    mask = None
+    if key_mask is not None:
+        if fns:
+            km = key_mask[:, None, None, :]               # (B, 1, 1, n_k), indexed per tile
+            fns.append(lambda b, h, qi, ki, km=km: km.index_select(-1, ki.reshape(-1)))
+        else:
+            mask = key_mask[:, None, None, :]             # (B, 1, 1, n_k)
+    if fns:
+        mask = fns[0] if len(fns) == 1 else M.and_masks(*fns)
+    return dict(mask=mask, window=window, scale=opts.scale, softcap=opts.softcap,
+                enable_gqa=opts.gqa)
+
+
+def _in_block_dtype(opts: Options, *ts):
+    if opts.block_dtype is None or ts[0].dtype == opts.block_dtype:
+        return ts
+    return tuple(t.to(opts.block_dtype) for t in ts)
+
+
+def _piece_call(q, k, v, key_mask, gq, gk, opts: Options):
+    """One block through the single-process core: ``(out, lse)``."""
+    q, k, v = _in_block_dtype(opts, q, k, v)
+    with no_dispatch():
+        res = attention(q, k, v, backend=opts.backend, return_lse=True,
+                        **_piece_options(key_mask, gq, gk, opts))
+    return res.out, res.lse
+
+def _trim(band, offset: int, q: tuple[int, int], k: tuple[int, int]):
+    """Shrink a block to the keys some query sees and the queries that see some key (rows and
+    columns outside hold nothing under the band); None when nothing is left."""
+    (q0, q1), (k0, k1) = q, k
+    if band is None:
+        return q, k
+    left, right = band
+    if left is not None:
+        k0 = max(k0, q0 + offset - left)
+        q1 = min(q1, k1 - 1 - offset + left + 1)
+    if right is not None:
+        k1 = min(k1, q1 - 1 + offset + right + 1)
+        q0 = max(q0, k0 - offset - right)
+    if left is not None:                    # the key range may have shrunk with the rows
+        k0 = max(k0, q0 + offset - left)
+    if right is not None:
+        k1 = min(k1, q1 - 1 + offset + right + 1)
+    if q1 <= q0 or k1 <= k0:
+        return None
+    return (q0, q1), (k0, k1)
+
+
+def pieces(q_ranges, k_ranges, opts: Options):
+    """The visible (local q slice, global q range, local k slice, global k range) blocks, each
+    trimmed to the rows and keys the band leaves in it (so that the block's own window can
+    express the band and the backends skip what it excludes)."""
+    for lq0, lq1, gq0, gq1 in L.local_slices(q_ranges):
+        for lk0, lk1, gk0, gk1 in L.local_slices(k_ranges):
+            if not _visible(opts.band, opts.offset, (gq0, gq1), (gk0, gk1)):
+                continue
+            trimmed = _trim(opts.band, opts.offset, (gq0, gq1), (gk0, gk1))
+            if trimmed is None:
+                continue
+            (a0, a1), (b0, b1) = trimmed
+            yield ((lq0 + a0 - gq0, lq0 + a1 - gq0), (a0, a1),
+                   (lk0 + b0 - gk0, lk0 + b1 - gk0), (b0, b1))
+
+
+def accumulate(acc_o, acc_l, q, q_ranges, k, v, key_mask, k_ranges, opts: Options) -> int:
+    """Merge the partials of local queries against one K/V shard into ``(acc_o, acc_l)``
+    (in place). Returns the number of (query, key) pairs computed, the block's work."""
+    work = 0
+    for (lq0, lq1), gq, (lk0, lk1), gk in pieces(q_ranges, k_ranges, opts):
+        km = None if key_mask is None else key_mask[:, lk0:lk1]
+        o, lse = _piece_call(q[..., lq0:lq1, :], k[..., lk0:lk1, :], v[..., lk0:lk1, :], km,
+                             gq, gk, opts)
+        merged = merge_partials(acc_o[..., lq0:lq1, :], acc_l[..., lq0:lq1],
+                                o.to(acc_o.dtype), lse.to(acc_l.dtype))
+        acc_o[..., lq0:lq1, :], acc_l[..., lq0:lq1] = merged
+        work += (lq1 - lq0) * (lk1 - lk0)
+    return work
+
+
+def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, d_out, d_lse,
+                dq: torch.Tensor | None = None):
+    """``(dq, dk, dv)`` of one K/V shard: each block's tile backward against the merged
+    ``(out, lse)`` (:func:`attnlab.core.backends.tiled.block_backward`), which recomputes the
+    block's probabilities from the global lse, so the blocks' gradients sum to the whole's.
+    ``dq``: a buffer to add this shard's dq into (else a new one)."""
+    acc = out.dtype
+    if dq is None:
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    dk = torch.zeros(k.shape, dtype=acc, device=k.device)
+    dv = torch.zeros(v.shape, dtype=acc, device=v.device)
+    for (lq0, lq1), gq, (lk0, lk1), gk in pieces(q_ranges, k_ranges, opts):
+        qp, kp, vp = _in_block_dtype(opts, q[..., lq0:lq1, :], k[..., lk0:lk1, :],
+                                     v[..., lk0:lk1, :])
+        km = None if key_mask is None else key_mask[:, lk0:lk1]
+        spec = build_spec(qp, kp, vp, return_lse=True, **_piece_options(km, gq, gk, opts))
+        gq_, gk_, gv_ = block_backward(qp, kp, vp, out[..., lq0:lq1, :], lse[..., lq0:lq1],
+                                       d_out[..., lq0:lq1, :],
+                                       None if d_lse is None else d_lse[..., lq0:lq1], spec)
+        dq[..., lq0:lq1, :] += gq_.to(acc)
+        dk[..., lk0:lk1, :] += gk_.to(acc)
+        dv[..., lk0:lk1, :] += gv_.to(acc)
+    return dq, dk, dv
+
+def block_dtype_for(dtype: torch.dtype, given: torch.dtype | None) -> torch.dtype | None:
+    if given is not None:
+        if given not in DTYPES:
+            raise TypeError(f"block_dtype must be one of {DTYPES} or None, got {given!r}")
+        return given
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else None
