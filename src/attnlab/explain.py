@@ -211,21 +211,33 @@ def render(wt: Walkthrough, console: Console, max_dims: int = 8) -> None:
         console.print(f"[yellow]NOTE[/yellow]  backend {name}: {escape(line)}")
 
 
-def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0) -> Walkthrough:
-    """The walk-through for one head of a real BERT-style model on ``text``.
+@dataclass
+class _RealLayer:
+    path: object
+    tok: object
+    batch: dict
+    tokens: list[str]
+    res: object                      # the model's output (weights, hidden states)
+    mha: object                      # the layer's MultiheadAttention
+    x: torch.Tensor                  # (N, E) the layer's input, float64
+    q: torch.Tensor                  # (N, E) X W_q^T + b_q, every head side by side
+    k: torch.Tensor
+    v: torch.Tensor
 
-    Q, K, V are that head's projections of the layer's input hidden states, computed by
-    attnlab's :class:`~attnlab.nn.BertModel` (float64 for the walk); the checks add the largest
-    difference between the formula's A and the attention map of ``transformers``' own
-    implementation of the same checkpoint (and of attnlab's BertModel).
-    """
+
+def _real_layer(text: str, model: str, layer: int, head: int | None = None) -> _RealLayer:
+    """A BERT model's layer ``layer`` on ``text``: its input and its Q, K, V projections in
+    float64, with the checks explain needs first (layer and head in range, text not empty,
+    at most MAX_TOKENS tokens)."""
     from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
 
     path = resolve_model_path(model)
     ours = BertModel.from_pretrained(path)
     cfg = ours.config
-    for name, val, hi in (("layer", layer, cfg.num_hidden_layers), ("head", head,
-                                                                    cfg.num_attention_heads)):
+    limits = [("layer", layer, cfg.num_hidden_layers)]
+    if head is not None:
+        limits.append(("head", head, cfg.num_attention_heads))
+    for name, val, hi in limits:
         if not 0 <= val < hi:
             raise ValueError(f"{name} must be in 0..{hi - 1} for this model, got {val}")
     if not text.strip():
@@ -237,22 +249,38 @@ def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0)
         raise ValueError(f"--text has {n} tokens; explain prints every matrix in full and takes "
                          f"at most {MAX_TOKENS}: shorten it, or use attnlab inspect for long text")
     tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    with torch.no_grad():
+        res = ours(batch["input_ids"], batch["attention_mask"], return_weights=True,
+                   return_hidden_states=True)
+        x = res.hidden_states[layer][0].double()                    # (N, E), the layer's input
+        mha = ours.encoder.layers[layer].self_attn
+        e = mha.embed_dim
+        w = mha.in_proj_weight.double().view(3, e, e)               # (q|k|v, E_out, E_in)
+        b = mha.in_proj_bias.double().view(3, e)
+        q, k, v = (x @ w[i].T + b[i] for i in range(3))             # (N, E) each
+    return _RealLayer(path, tok, batch, tokens, res, mha, x, q, k, v)
+
+
+def model_walk(text: str, model: str = "default", layer: int = 0, head: int = 0) -> Walkthrough:
+    """The walk-through for one head of a real BERT-style model on ``text``.
+
+    Q, K, V are that head's projections of the layer's input hidden states, computed by
+    attnlab's :class:`~attnlab.nn.BertModel` (float64 for the walk); the checks add the largest
+    difference between the formula's A and the attention map of ``transformers``' own
+    implementation of the same checkpoint (and of attnlab's BertModel).
+    """
+    rl = _real_layer(text, model, layer, head)
+    path, tokens, batch, n, tok = rl.path, rl.tokens, rl.batch, len(rl.tokens), rl.tok
     unknown = tokens.count(getattr(tok, "unk_token", None) or "[UNK]")
     if unknown:
         wt_note = (f"{unknown} of {n} tokens are {tok.unk_token}: the model's vocabulary does "
                    "not cover this text (for example Chinese in an English model)")
     else:
         wt_note = None
-    with torch.no_grad():
-        res = ours(batch["input_ids"], batch["attention_mask"], return_weights=True,
-                   return_hidden_states=True)
-        x = res.hidden_states[layer][0].double()                    # (N, E), the layer's input
-        mha = ours.encoder.layers[layer].self_attn
-        e, dh = mha.embed_dim, mha.head_dim
-        w = mha.in_proj_weight.double().view(3, e, e)               # (q|k|v, E_out, E_in)
-        b = mha.in_proj_bias.double().view(3, e)
-        rows = slice(head * dh, (head + 1) * dh)
-        q, k, v = (x @ w[i, rows].T + b[i, rows] for i in range(3))  # (N, D_h) each
+    dh = rl.mha.head_dim
+    rows = slice(head * dh, (head + 1) * dh)
+    q, k, v = (t[:, rows] for t in (rl.q, rl.k, rl.v))                # (N, D_h) each
+    res = rl.res
     wt = walk(tokens, q, k, v)
     if wt_note is not None:
         wt.backends["tokenizer"] = wt_note
@@ -327,29 +355,11 @@ class HeadsWalk:
 def heads_walk(text: str, model: str = "default", layer: int = 0) -> HeadsWalk:
     """Every step of multi-head attention on a real layer of a BERT model (float64), checked
     against the layer's own attention output."""
-    from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
-
-    path = resolve_model_path(model)
-    ours = BertModel.from_pretrained(path)
-    cfg = ours.config
-    if not 0 <= layer < cfg.num_hidden_layers:
-        raise ValueError(f"layer must be in 0..{cfg.num_hidden_layers - 1} for this model, got {layer}")
-    if not text.strip():
-        raise ValueError("--text is empty; give a sentence to walk through")
-    tok = load_tokenizer(path)
-    batch = tok([text], return_tensors="pt")
-    n = batch["input_ids"].shape[1]
-    if n > MAX_TOKENS:
-        raise ValueError(f"--text has {n} tokens; explain takes at most {MAX_TOKENS}")
-    tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    rl = _real_layer(text, model, layer)
+    tokens, x, mha, path = rl.tokens, rl.x, rl.mha, rl.path
+    q_all, k_all, v_all = rl.q, rl.k, rl.v
+    h, dh = mha.num_heads, mha.head_dim
     with torch.no_grad():
-        res = ours(batch["input_ids"], batch["attention_mask"], return_hidden_states=True)
-        x = res.hidden_states[layer][0].double()                      # (N, E)
-        mha = ours.encoder.layers[layer].self_attn
-        e, h, dh = mha.embed_dim, mha.num_heads, mha.head_dim
-        w = mha.in_proj_weight.double().view(3, e, e)
-        b = mha.in_proj_bias.double().view(3, e)
-        q_all, k_all, v_all = (x @ w[i].T + b[i] for i in range(3))   # (N, E) each
         walks = []
         for hh in range(h):
             cols = slice(hh * dh, (hh + 1) * dh)                      # head hh's D_h columns
