@@ -87,14 +87,10 @@ def run_cases(rank: int, world: int, cases: list):
 
 # ------------------------------------------------------------------------- modules
 
-def modules_case(rank: int, world: int, layout: str, strategy: str):
-    """An EncoderLayer (causal, padded) and a DecoderLayer (causal self-attention, cross
-    attention over a padded memory) on shards; returns gathered outputs and the summed
-    parameter gradients."""
-    import torch.distributed as dist
-
+def modules_setup():
+    """An EncoderLayer and a DecoderLayer (float64, no dropout), their inputs and a padding mask
+    (torch's convention: True = padding), the same in every process."""
     from attnlab.nn import DecoderLayer, EncoderLayer
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     enc = EncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
     dec = DecoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
@@ -102,14 +98,34 @@ def modules_case(rank: int, world: int, layout: str, strategy: str):
     x = torch.randn(2, 21, 16, generator=g, dtype=torch.float64)
     tgt = torch.randn(2, 13, 16, generator=g, dtype=torch.float64)
     pad = torch.zeros(2, 21, dtype=torch.bool)
-    pad[1, 17:] = True                                   # torch's convention: True = padding
+    pad[1, 17:] = True
+    return enc, dec, x, tgt, pad
+
+
+def modules_forward(enc, dec, x, tgt, pad):
+    """Encoder (causal, padded) -> decoder (causal, cross-attention over the padded memory),
+    and a loss's backward; returns (memory, output)."""
+    mem = enc(x, src_key_padding_mask=pad, is_causal=True)
+    y = dec(tgt, mem, memory_key_padding_mask=pad, tgt_is_causal=True)
+    (y.square().sum() + mem.sum()).backward()
+    return mem, y
+
+
+def parameter_grads(enc, dec) -> dict:
+    return dict(list(enc.named_parameters(prefix="enc")) + list(dec.named_parameters(prefix="dec")))
+
+
+def modules_case(rank: int, world: int, layout: str, strategy: str):
+    """The modules on shards; returns the gathered outputs and the parameter gradients summed
+    over the ranks."""
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    enc, dec, x, tgt, pad = modules_setup()
     xs, pads, tgts = (shard(t, layout=layout, dim=1) for t in (x, pad, tgt))
     with sequence_parallel(strategy=strategy, layout=layout, timeout=60):
-        mem = enc(xs, src_key_padding_mask=pads, is_causal=True)
-        y = dec(tgts, mem, memory_key_padding_mask=pads, tgt_is_causal=True)
-        (y.square().sum() + mem.sum()).backward()
+        mem, y = modules_forward(enc, dec, xs, tgts, pads)
     grads = {}
-    for name, p in list(enc.named_parameters(prefix="enc")) + list(dec.named_parameters(prefix="dec")):
+    for name, p in parameter_grads(enc, dec).items():
         gsum = p.grad.clone()
         dist.all_reduce(gsum)
         grads[name] = gsum

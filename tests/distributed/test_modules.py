@@ -6,26 +6,16 @@ import pytest
 import torch
 
 from attnlab.distributed import SequenceParallel, spawn
-from attnlab.nn import DecoderLayer, EncoderLayer, MultiheadAttention
+from attnlab.nn import MultiheadAttention
 from tests.distributed import _workers as W
 
 pytestmark = pytest.mark.xdist_group("distributed")
 
 
 def _single_process():
-    torch.manual_seed(0)
-    enc = EncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
-    dec = DecoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, 21, 16, generator=g, dtype=torch.float64)
-    tgt = torch.randn(2, 13, 16, generator=g, dtype=torch.float64)
-    pad = torch.zeros(2, 21, dtype=torch.bool)
-    pad[1, 17:] = True
-    mem = enc(x, src_key_padding_mask=pad, is_causal=True)
-    y = dec(tgt, mem, memory_key_padding_mask=pad, tgt_is_causal=True)
-    (y.square().sum() + mem.sum()).backward()
-    grads = dict(list((n, p.grad) for n, p in enc.named_parameters(prefix="enc"))
-                 + list((n, p.grad) for n, p in dec.named_parameters(prefix="dec")))
+    enc, dec, x, tgt, pad = W.modules_setup()
+    mem, y = W.modules_forward(enc, dec, x, tgt, pad)
+    grads = {n: p.grad for n, p in W.parameter_grads(enc, dec).items()}
     return mem.detach(), y.detach(), grads
 
 
