@@ -45,7 +45,8 @@ def diagnose(
     """Score scale, saturation, entropy, softmax gradient and sinks of every attention layer."""
     import torch
 
-    from attnlab.diagnose import REMEDIES, THRESHOLDS, diagnose as run_diagnosis
+    from attnlab.diagnose import REMEDIES, THRESHOLDS, score_alarms
+    from attnlab.diagnose import diagnose as run_diagnosis
 
     if text is not None and not text.strip():
         raise UsageError("TEXT is empty; give a text, or leave it out for the default sentence")
@@ -67,17 +68,15 @@ def diagnose(
     with torch.no_grad():
         diag = run_diagnosis(net, batch["input_ids"], batch["attention_mask"])
     console.print(_layer_table(diag, f"attention health of {model} on {n} tokens"))
-    flagged = [(r["layer"], name) for r in diag.per_layer() for name, bad in (
-        ("score explosion", r["score_max"] > THRESHOLDS["score_max"]),
-        ("saturation", r["saturation"] > THRESHOLDS["saturation"]),
-        ("entropy collapse", r["entropy_ratio"] < THRESHOLDS["entropy_ratio"])) if bad]
-    for layer, name in flagged:
-        console.print(f"[yellow]{layer}: {name}[/yellow]: {REMEDIES[name]}")
+    flagged = score_alarms(diag.per_layer())
+    for name, layer, value in flagged:
+        console.print(f"[yellow]{layer}: {name}[/yellow] ({value:.3g}): {REMEDIES[name]}")
     if not flagged:
         console.print("no layer crosses an alarm threshold "
                       f"(score max > {THRESHOLDS['score_max']:g}, saturated rows > "
                       f"{THRESHOLDS['saturation']:.0%}, entropy/ln n < "
-                      f"{THRESHOLDS['entropy_ratio']:g})")
+                      f"{THRESHOLDS['entropy_ratio']:g}, softmax gradient < "
+                      f"{THRESHOLDS['jacobian_norm']:g})")
     if demo:
         _demo(out)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnose.monitor import REMEDIES, THRESHOLDS, Alarm, AttentionMonitor
+from attnlab.diagnose.monitor import REMEDIES, THRESHOLDS, Alarm, AttentionMonitor, score_alarms
 from attnlab.diagnose.stats import HeadStats, attention_stats
 from attnlab.diagnose.watch import Diagnosis, watch
 
@@ -21,11 +21,12 @@ def diagnose(model: torch.nn.Module, *args, **kwargs) -> Diagnosis:
     with torch.no_grad(), watch(model) as diag:
         model(*args, **kwargs)
     if not diag.calls:
-        raise RuntimeError(f"{type(model).__name__} made no attention call attnlab can see: "
-                           "use attnlab modules, torch.nn.MultiheadAttention or a transformers "
-                           "model")
+        why = "; ".join(f"{n}: {r}" for n, r in diag.skipped[:3])
+        raise RuntimeError(f"{type(model).__name__} made no attention call attnlab can measure"
+                           + (f" ({why})" if why else ": use attnlab modules, "
+                              "torch.nn.MultiheadAttention or a transformers model"))
     return diag
 
 
 __all__ = ["Alarm", "AttentionMonitor", "Diagnosis", "HeadStats", "REMEDIES", "THRESHOLDS",
-           "attention_stats", "diagnose", "watch"]
+           "attention_stats", "diagnose", "score_alarms", "watch"]

@@ -142,10 +142,7 @@ def ln_depth(depths=(2, 6, 12, 24), d_model: int = 64, seed: int = 0) -> dict:
             enc = Encoder(EncoderLayer(d_model, 4, 4 * d_model, dropout=0.0, batch_first=True,
                                        norm_first=first), depth,
                           norm=nn.LayerNorm(d_model) if first else None)
-            for lay in enc.layers:                    # independent layers, torch's init
-                for m in lay.modules():
-                    if m is not lay and hasattr(m, "reset_parameters"):
-                        m.reset_parameters()
+            enc.redraw_layers()                       # independent layers, torch's init
             F.mse_loss(enc(x), y).backward()
             out[tag][depth] = [float(torch.sqrt(sum((p.grad ** 2).sum() for p in lay.parameters())))
                                for lay in enc.layers]

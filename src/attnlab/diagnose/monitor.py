@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from attnlab.diagnose.watch import Diagnosis, watch
+from attnlab.diagnose.watch import watch
 
 # Thresholds. Scores: Dehghani et al. 2023 (ViT-22B) saw attention logits grow past ~50 before
 # the loss diverged; with a unit-variance scale the std should stay near 1. Saturation: rows with
@@ -43,6 +43,24 @@ REMEDIES = {
     "vanishing gradient": "the attention layers' gradients are ~0: use pre-LN layers "
                           "(norm_first=True), residual connections, or scaled init",
 }
+
+
+def score_alarms(layers: list[dict], thresholds: dict | None = None) -> list[tuple[str, str, float]]:
+    """``(alarm, layer, value)`` for every layer of :meth:`Diagnosis.per_layer` that crosses a
+    threshold (:data:`THRESHOLDS`, or the given overrides) of the score statistics."""
+    t = {**THRESHOLDS, **(thresholds or {})}
+    out = []
+    for layer in layers:
+        name = layer["layer"]
+        if layer["score_max"] > t["score_max"] or layer["score_std"] > t["score_std"]:
+            out.append(("score explosion", name, layer["score_max"]))
+        if layer["saturation"] > t["saturation"]:
+            out.append(("saturation", name, layer["saturation"]))
+        if layer["n_keys"] > 1 and layer["entropy_ratio"] < t["entropy_ratio"]:
+            out.append(("entropy collapse", name, layer["entropy_ratio"]))
+        if layer["n_keys"] > 1 and layer["jacobian_norm"] < t["jacobian_norm"]:
+            out.append(("vanishing softmax gradient", name, layer["jacobian_norm"]))
+    return out
 
 
 @dataclass
@@ -103,7 +121,7 @@ class AttentionMonitor:
             yield diag
         self._pending = Record(step, diag.per_layer(), seconds=time.perf_counter() - start)
         self.history.append(self._pending)
-        self._check_scores(self._pending, diag)
+        self._check_scores(self._pending)
 
     def after_backward(self) -> None:
         """After ``loss.backward()`` of a recorded step: each attention layer's gradient norm."""
@@ -122,18 +140,9 @@ class AttentionMonitor:
     def _alarm(self, name, step, layer, value):
         self.alarms.append(Alarm(name, step, layer, float(value), REMEDIES[name]))
 
-    def _check_scores(self, rec: Record, diag: Diagnosis) -> None:
-        t = self.thresholds
-        for layer in rec.layers:
-            name = layer["layer"]
-            if layer["score_max"] > t["score_max"] or layer["score_std"] > t["score_std"]:
-                self._alarm("score explosion", rec.step, name, layer["score_max"])
-            if layer["saturation"] > t["saturation"]:
-                self._alarm("saturation", rec.step, name, layer["saturation"])
-            if layer["n_keys"] > 1 and layer["entropy_ratio"] < t["entropy_ratio"]:
-                self._alarm("entropy collapse", rec.step, name, layer["entropy_ratio"])
-            if layer["n_keys"] > 1 and layer["jacobian_norm"] < t["jacobian_norm"]:
-                self._alarm("vanishing softmax gradient", rec.step, name, layer["jacobian_norm"])
+    def _check_scores(self, rec: Record) -> None:
+        for name, layer, value in score_alarms(rec.layers, self.thresholds):
+            self._alarm(name, rec.step, layer, value)
 
     def series(self, key: str) -> dict[str, list[tuple[int, float]]]:
         """``{layer: [(step, value), ...]}`` of one statistic (or ``"grad_norm"``)."""

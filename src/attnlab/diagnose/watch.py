@@ -41,6 +41,7 @@ class Diagnosis:
     """The statistics of every attention call of one forward pass, in call order."""
 
     calls: list[Call] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # (module, why not measured)
 
     def rows(self) -> list[dict]:
         """One dict per (call, head): every statistic as a float."""
@@ -112,13 +113,14 @@ def watch(model: nn.Module, on_call=None):
             handles.append(m.register_forward_pre_hook(_torch_mha_hook(add, names), with_kwargs=True))
 
     def route(q, k, v, options):
-        if q.dim() == 4 and k.dim() == 4 and options["score_mod"] is None:
-            try:
-                stats = attention_stats(q, k, **_options_for_stats(q, k, options))
-            except (ValueError, TypeError):
-                stats = None                     # a call the statistics cannot read: skip it
-            if stats is not None:
-                add(stack[-1] if stack else "attention", stats)
+        name = stack[-1] if stack else "attention"
+        if q.dim() != 4 or k.dim() != 4:
+            diag.skipped.append((name, f"q of shape {tuple(q.shape)}: the statistics take "
+                                       "(B, H, N, D)"))
+        elif options["score_mod"] is not None:
+            diag.skipped.append((name, "a score_mod changes the scores after the scale"))
+        else:
+            add(name, attention_stats(q, k, **_options_for_stats(q, k, options)))
         return attention(q, k, v, **options)
 
     hf_prev = None

@@ -258,13 +258,20 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
         self.norm = norm
         if init == "scaled":
+            self.redraw_layers()
             with torch.no_grad():
                 for lay in self.layers:
-                    for m in lay.modules():          # an independent draw for every layer
-                        if m is not lay and hasattr(m, "reset_parameters"):
-                            m.reset_parameters()
                     for w in (lay.self_attn.out_proj.weight, lay.ff.linear2.weight):
                         w.mul_(1.0 / (2 * num_layers) ** 0.5)
+
+    def redraw_layers(self) -> None:
+        """Draw every layer's weights afresh with their modules' own initialisation (the stack
+        starts as copies of one layer, as torch's TransformerEncoder does)."""
+        with torch.no_grad():
+            for lay in self.layers:
+                for m in lay.modules():
+                    if m is not lay and hasattr(m, "reset_parameters"):
+                        m.reset_parameters()
 
     def forward(self, src: torch.Tensor, mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None, is_causal: bool | None = None,
