@@ -105,10 +105,25 @@ def test_ctrl_c_exits_130_with_one_line():
     import signal
     import time
 
+    import selectors
+
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "demo", "seq2seq", "--out",
                              os.devnull + "-not-written"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(8)                                          # past the imports, into training
+    # Off a terminal the command says what it starts before it starts: interrupt once it said
+    # so (past the imports, into training), however slow the machine is today.
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline, said = time.monotonic() + 120, ""
+    while "training" not in said and time.monotonic() < deadline:
+        if sel.select(timeout=1.0):
+            said += proc.stdout.readline()
+    sel.close()
+    if "training the reversal seq2seq model ..." not in said:
+        proc.kill()
+        proc.communicate(timeout=60)
+        raise AssertionError(f"no word of training within 120 s: {said!r}")
+    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "attnlab: interrupted"

@@ -7,6 +7,7 @@ into usage errors by the commands.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from contextlib import redirect_stdout
 from typing import Optional
@@ -77,6 +78,19 @@ class UsageError(Exception):
 def say(text: str) -> None:
     """A dim progress line."""
     console.print(f"[dim]{text}[/dim]")
+
+
+@contextlib.contextmanager
+def working(text: str):
+    """A long step: a spinner on a terminal; elsewhere (a pipe, a CI log) one line saying what
+    runs, printed before it starts, so that the output never goes quiet without a word."""
+    if console.is_terminal:
+        with console.status(text):
+            yield
+    else:
+        say(f"{text} ...")
+        console.file.flush()
+        yield
 
 
 def positive(name: str, value: Optional[int]) -> None:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from attnlab.cli.app import UsageError, app, console, parse_window
+from attnlab.cli.app import UsageError, app, console, parse_window, working
 
 
 @app.command()
@@ -176,7 +176,7 @@ def inspect_cmd(
         from attnlab.inspect import generative as G
 
         try:
-            with console.status(f"inspecting with {model}"):
+            with working(f"inspecting with {model}"):
                 ins = (G.inspect_induction(text) if generative == "induction"
                        else G.inspect_dates(text) if generative == "dates"
                        else G.inspect_hf(Path(model), text or DEFAULT_TEXT))

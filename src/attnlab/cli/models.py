@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from attnlab.cli.app import UsageError, app, console, positive, say
+from attnlab.cli.app import UsageError, app, console, positive, say, working
 
 fit_app = typer.Typer(help="Train an applied attention model, evaluate it against baselines, "
                       "and write metrics, figures, the model and its LaTeX equations.",
@@ -69,7 +69,7 @@ def fit_forecast_cmd(
                                   f"{time!r}; pass --season to change it")
             horizon = horizon or (season or 12)
             origins = origins or 10
-        with console.status("fitting (backtest, then the final model)"):
+        with working("fitting (backtest, then the final model)"):
             m = jobs.fit_forecast(y, out, X=X, horizon=horizon, season=season,
                                   n_origins=origins, name=name, say=say, refit=refit,
                                   encoder=encoder,
@@ -120,7 +120,7 @@ def fit_tabular_cmd(
                                  "breast_cancer|wine)")
             X, y = readers.table_from_csv(csv, target, task, folds)
             name = target
-        with console.status("cross-validating, then fitting the final model"):
+        with working("cross-validating, then fitting the final model"):
             m = jobs.fit_tabular(X, y, out, task=task, folds=folds, name=name, say=say,
                                  max_epochs=max_epochs, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
@@ -160,7 +160,7 @@ def fit_graph_cmd(
                 raise UsageError(f"unknown graph example {example!r}; the bundled one is karate")
             if edges is not None:
                 raise UsageError("give either --edges or --example, not both")
-            with console.status("karate club: 20 seeds of GAT and label propagation"):
+            with working("karate club: 20 seeds of GAT and label propagation"):
                 m = jobs.fit_graph(karate(), out, karate_seeds=20, max_epochs=max_epochs,
                                    seed=seed)
         else:
@@ -208,7 +208,7 @@ def demo_seq2seq(
 
     if not text or not text.isdigit() or len(text) > 12:
         raise UsageError(f"--text must be 1 to 12 digits, got {text!r}")
-    with console.status("training the reversal seq2seq model"):
+    with working("training the reversal seq2seq model"):
         model = ReversalSeq2Seq(seed=seed, verbose=True).fit()
     acc = model.exact_match(1000)
     tr = model.translate([text])[0]
