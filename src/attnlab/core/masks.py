@@ -25,6 +25,7 @@ Combine with :func:`and_masks` / :func:`or_masks`; turn into tensors with :func:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -114,6 +115,21 @@ def dilated(dilation: int, left: int | None = None, right: int | None = None,
     return dilated_mask
 
 
+@dataclass(frozen=True)
+class Lengths:
+    """The rule of a :func:`key_padding` or :func:`varlen` mask, read by kernels that apply
+    per-sequence lengths themselves (the Triton backend) instead of calling the function.
+
+    ``q`` / ``kv``: ``(B,)`` real queries / keys per sequence (``q`` None: every query is real
+    and the band, if any, is the request's own); ``band``: ``(left, right)`` aligned to each
+    sequence's own lengths (:func:`varlen`), or None.
+    """
+
+    q: torch.Tensor | None
+    kv: torch.Tensor
+    band: tuple[int | None, int | None] | None
+
+
 def key_padding(lengths: torch.Tensor | Sequence[int]) -> MaskFn:
     """Keep only real keys: key ``j`` of batch element ``b`` is kept when ``j < lengths[b]``.
 
@@ -130,6 +146,8 @@ def key_padding(lengths: torch.Tensor | Sequence[int]) -> MaskFn:
     def key_padding_mask(b, h, q_idx, kv_idx):
         return kv_idx < lengths.to(kv_idx.device)[b]
 
+    # What the rule is, for kernels that apply lengths themselves instead of calling it
+    key_padding_mask.lengths = Lengths(None, lengths, None)
     return key_padding_mask
 
 
@@ -168,6 +186,8 @@ def varlen(q_lengths: torch.Tensor, kv_lengths: torch.Tensor, *, causal: bool = 
             keep = keep & (kv_idx <= p + right)
         return keep
 
+    varlen_mask.lengths = Lengths(ql, kl, None if left is None and right is None
+                                  else (left, right))
     return varlen_mask
 
 

@@ -39,21 +39,23 @@ _CACHE: OrderedDict[tuple, BlockLayout] = OrderedDict()
 _CACHE_SIZE = 16
 
 
-def _cache_key(spec: AttentionSpec, dense: torch.Tensor | None) -> tuple:
+def _cache_key(spec: AttentionSpec, dense: torch.Tensor | None,
+               block: tuple[int, int] = BLOCK) -> tuple:
     b, h = spec.heads_view
-    return (id(spec.mask_fn), spec.n_q, spec.n_k, spec.band, b, h, str(spec.device), BLOCK,
+    return (id(spec.mask_fn), spec.n_q, spec.n_k, spec.band, b, h, str(spec.device), block,
             id(dense) if dense is not None else None)
 
 
-def layout_for(spec: AttentionSpec) -> BlockLayout:
-    """The layout serving spec: the one passed as ``mask=`` if it fits, else a cached or new one."""
+def layout_for(spec: AttentionSpec, block: tuple[int, int] = BLOCK) -> BlockLayout:
+    """The layout serving spec: the one passed as ``mask=`` if it fits, else a cached or new one
+    with tiles of ``block`` (the Triton kernel builds its own with smaller tiles)."""
     fn = spec.mask_fn
     if isinstance(fn, BlockLayout) and spec.mask is None and (fn.n_q, fn.n_k) == (spec.n_q, spec.n_k) \
             and (spec.band is None or spec.band == fn.band):
         return fn if fn.keep.device == spec.device else fn.to(spec.device)
     b, h = spec.heads_view
     dense = spec.mask if spec.mask is not None and spec.mask.dtype == torch.bool else None
-    key = _cache_key(spec, dense)
+    key = _cache_key(spec, dense, block)
     if dense is not None:
         dense = spec.in_heads_view(dense)                    # (B or 1, H or 1, N_q?, N_k?)
     hit = _CACHE.get(key)
@@ -61,7 +63,7 @@ def layout_for(spec: AttentionSpec) -> BlockLayout:
         _CACHE.move_to_end(key)
         return hit
     lay = block_layout(fn, spec.n_q, spec.n_k, band=spec.band, dense=dense, batch=b, heads=h,
-                       block=BLOCK, device=spec.device)
+                       block=block, device=spec.device)
     if dense is None:                        # a dense tensor may change in place: do not cache
         _CACHE[key] = lay
         if len(_CACHE) > _CACHE_SIZE:
