@@ -8,6 +8,10 @@ import torch
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
+# The Triton kernels run on CPU tensors under Triton's interpreter (tests/core/test_triton.py);
+# Triton reads this when the kernels are first imported, which only their backends do.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(autouse=True)
 def _seed():

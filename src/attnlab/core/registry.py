@@ -48,6 +48,12 @@ class Backend:
     cost: Callable[[AttentionSpec], float] = field(default=lambda spec: float(spec.n_q * spec.n_k))
     # Extra check beyond the capability flags: returns why it cannot serve, or None.
     check: Callable[[AttentionSpec], str | None] | None = None
+    # Why it cannot run on this machine at all (a missing package, no GPU), or None.
+    available: Callable[[], str | None] | None = None
+
+    def unavailable(self) -> str | None:
+        """None if this backend can run here, else why not (``attnlab backends`` shows it)."""
+        return self.available() if self.available is not None else None
 
     def why_not(self, spec: AttentionSpec) -> str | None:
         """None if this backend can serve spec, else the reason in a few words."""
@@ -87,6 +93,7 @@ _VERIFIER: Callable[[str], object] | None = None
 def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                      description: str = "", cost: Callable[[AttentionSpec], float] | None = None,
                      check: Callable[[AttentionSpec], str | None] | bool | None = None,
+                     available: Callable[[], str | None] | None = None,
                      overwrite: bool = False) -> Backend:
     """Add a backend under ``name``. Approximate backends (``exact=False``) run only when named.
 
@@ -95,6 +102,7 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
     :func:`attnlab.testing.check_backend` (every case its capabilities declare, against the
     float64 reference) and registered only if it passes; otherwise a ``ValueError`` lists the
     failing cases and whatever was registered under ``name`` before is kept.
+    ``available`` says why the backend cannot run on this machine at all (None: it can).
 
     Example:
         >>> def mine(q, k, v, spec):            # doctest: +SKIP
@@ -108,7 +116,7 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
     verify = check is True
     backend = Backend(name, fn, capabilities, description,
                       **({"cost": cost} if cost is not None else {}),
-                      check=None if isinstance(check, bool) else check)
+                      check=None if isinstance(check, bool) else check, available=available)
     previous = _REGISTRY.get(name)
     _REGISTRY[name] = backend
     if verify:

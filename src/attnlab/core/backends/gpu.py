@@ -40,10 +40,23 @@ _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
 
 def unavailable() -> str | None:
-    """Why the Triton kernels cannot run in this process at all (None if they can somewhere)."""
-    if importlib.util.find_spec("triton") is None:
+    """Why the Triton kernels cannot run on any tensor in this process (None if they can on
+    some: CUDA ones, or CPU ones under the interpreter)."""
+    try:
+        found = importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):          # a broken or blocked installation
+        found = False
+    if not found:
         return "triton is not installed (pip install 'attnlab[gpu]')"
     return None
+
+
+def _here() -> str | None:
+    reason = unavailable()
+    if reason is None and not _interpreted() and not torch.cuda.is_available():
+        reason = ("no CUDA GPU (it runs on CUDA tensors; TRITON_INTERPRET=1 runs it on "
+                  "CPU for testing)")
+    return reason
 
 
 def _interpreted() -> bool:
@@ -356,7 +369,7 @@ register_backend(
                  masks=frozenset({"causal", "window", "fn"}), dtypes=_DTYPES),
     description="Triton FlashAttention-2 kernels, forward and backward (CUDA; "
                 "causal, window, per-sequence lengths)",
-    cost=_never, check=_dense_check,
+    cost=_never, check=_dense_check, available=_here,
 )
 
 register_backend(
@@ -364,5 +377,5 @@ register_backend(
     Capabilities(exact=True, lse=True, softcap=True, gqa=True, backward=True,
                  masks=frozenset({"bool", "causal", "window", "fn"}), dtypes=_DTYPES),
     description="Triton kernels over a BlockLayout's tiles, forward and backward (CUDA)",
-    cost=_never, check=_sparse_check,
+    cost=_never, check=_sparse_check, available=_here,
 )
