@@ -208,3 +208,23 @@ def test_attnlab_works_without_triton_and_says_why_the_backend_is_unavailable():
     said = " ".join(res.stdout.split())                     # rich wraps at the console width
     assert "refused:" in said and "triton is not installed" in said
     assert "unavailable here: triton is not installed (pip install 'attnlab[gpu]')" in said
+
+
+def test_the_gpu_check_is_one_prepared_command():
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    dry = subprocess.run([sys.executable, str(script), "--dry-run"], capture_output=True,
+                         text=True, timeout=120)
+    assert dry.returncode == 0 and "triton_blocksparse" in dry.stdout, dry.stderr
+    if not torch.cuda.is_available():                     # the CI machine: one line, exit 2
+        res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 2 and res.stderr.strip().startswith("gpu_check: no CUDA")
+
+
+def test_the_conformance_kit_runs_where_it_is_told():
+    from attnlab.testing import check_backend
+
+    rep = check_backend("sdpa", device="cpu", dtypes=[torch.float32])
+    assert rep.passed and len(rep.results) > 10

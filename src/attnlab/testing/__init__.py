@@ -77,7 +77,8 @@ def check_backend(backend: str, **kwargs) -> CheckReport:
 
 def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | None = None,
                     dtypes: Iterable[torch.dtype] = DTYPES, seed: int = 0,
-                    gradcheck: bool = True, reference: Callable | None = None) -> CheckReport:
+                    gradcheck: bool = True, reference: Callable | None = None,
+                    device: torch.device | str | None = None) -> CheckReport:
     """Run ``fn`` through the conformance cases; see the module docstring.
 
     Args:
@@ -89,6 +90,8 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
             differential attention...): its plain, readable version with the same signature,
             run in float64 as the spec and in each dtype as the precision baseline. Default:
             :func:`attnlab.attention` with ``backend="reference"``.
+        device: where the cases run (default: the CPU); inputs are drawn on the CPU and
+            moved, so every device sees the same numbers, and the float64 reference runs there.
 
     Returns:
         A :class:`CheckReport`; ``report.raise_for_failures()`` raises in a test.
@@ -106,7 +109,7 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
     for case in cases(supports):
         for dtype in dtypes:
             ratio, detail = _compare(fn, case, case.shape, dtype, want_lse, seed,
-                                     reference=reference)
+                                     reference=reference, device=device)
             if ratio is None:
                 report.results.append(CaseResult(case.name, str(dtype).removeprefix("torch."),
                                                  True, 0.0, detail, skipped=True))
@@ -114,9 +117,10 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
             res = CaseResult(case.name, str(dtype).removeprefix("torch."), ratio <= 1,
                              ratio, detail)
             if not res.passed:
-                res.smallest = _shrink(fn, case, dtype, want_lse, seed, case.shape, reference)
+                res.smallest = _shrink(fn, case, dtype, want_lse, seed, case.shape, reference,
+                                       device)
             report.results.append(res)
-    report.results += _behaviour(fn, supports, gradcheck)
+    report.results += _behaviour(fn, supports, gradcheck, device)
     report.seconds = time.perf_counter() - start
     return report
 

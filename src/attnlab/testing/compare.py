@@ -36,10 +36,11 @@ def _run(fn, q, k, v, options, grad, want_lse):
     grads = None
     if grad:
         g = torch.Generator().manual_seed(1)
-        loss = (out * torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)
-                ).sum()
+        loss = (out * torch.randn(out.shape, generator=g, dtype=torch.float64).to(
+            out.device, out.dtype)).sum()
         if want_lse and lse is not None:
-            c = torch.randn(lse.shape, generator=g, dtype=torch.float64).to(lse.dtype)
+            c = torch.randn(lse.shape, generator=g, dtype=torch.float64).to(lse.device,
+                                                                             lse.dtype)
             loss = loss + (torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)) * c).sum()
         grads = torch.autograd.grad(loss, (q, k, v), allow_unused=True)
         grads = tuple(torch.zeros_like(t) if d is None else d for d, t in zip(grads, (q, k, v)))
@@ -55,9 +56,13 @@ def _err(a, b) -> float:
 
 
 def _compare(fn, case: Case, shape, dtype, want_lse, seed, factor=2.0, grad_factor=3.0,
-             reference=None):
+             reference=None, device=None):
     """(ratio, detail): worst error / allowed error over out, lse and grads; > 1 fails."""
     q, k, v, options = case.build(shape, torch.Generator().manual_seed(seed))
+    if device is not None:                    # built on CPU (the same numbers), run there
+        q, k, v = (t.to(device) for t in (q, k, v))
+        options = {key: val.to(device) if isinstance(val, torch.Tensor) else val
+                   for key, val in options.items()}
     cast = {key: (val.to(dtype) if isinstance(val, torch.Tensor) and val.is_floating_point()
                   else val) for key, val in options.items()}
     grad = case.grad
@@ -109,22 +114,23 @@ def _describe(shape, case) -> str:
     return f"B={b} H={h} N_q={nq} N_k={nk} D={d} ({case.name})"
 
 
-def _shrink(fn, case, dtype, want_lse, seed, original, reference=None) -> str:
+def _shrink(fn, case, dtype, want_lse, seed, original, reference=None, device=None) -> str:
     size = lambda s: s[0] * s[1] * s[2] * s[3] * s[4]          # noqa: E731
     for shape in SHRINK:
         if size(shape) >= size(original):
             break
-        ratio = _compare(fn, case, shape, dtype, want_lse, seed, reference=reference)[0]
+        ratio = _compare(fn, case, shape, dtype, want_lse, seed, reference=reference,
+                         device=device)[0]
         if ratio is not None and ratio > 1:
             return _describe(shape, case)
     return _describe(original, case)
 
 
-def _behaviour(fn, supports, gradcheck) -> list[CaseResult]:
+def _behaviour(fn, supports, gradcheck, device=None) -> list[CaseResult]:
     """Determinism, gradcheck and dropout's generator."""
     out = []
     g = torch.Generator().manual_seed(7)
-    q, k, v = (torch.randn(1, 2, 9, 12, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 9, 12, generator=g).to(device) for _ in range(3))
     base: dict = {}
     try:
         _call(fn, q, k, v, base)
@@ -142,8 +148,8 @@ def _behaviour(fn, supports, gradcheck) -> list[CaseResult]:
         out.append(CaseResult("deterministic", "float32", False, float("inf"),
                               f"raised {type(exc).__name__}: {exc}"))
     if gradcheck:
-        qd, kd, vd = (torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64,
-                                  requires_grad=True) for _ in range(3))
+        qd, kd, vd = (torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64).to(
+            device).requires_grad_() for _ in range(3))
         skipped = False
         try:
             ok = torch.autograd.gradcheck(lambda a, b, c: _call(fn, a, b, c, base)[0],

@@ -119,7 +119,9 @@ def _common(q, k, v, spec):
                 G=spec.kv_groups, scale=spec.score_scale,
                 cap=float(spec.softcap) if spec.softcap is not None else 1.0,
                 SOFTCAP=spec.softcap is not None, BLOCK_DK=_pow2(spec.d_k),
-                BLOCK_DV=_pow2(spec.d_v), PRECISION="ieee",
+                BLOCK_DV=_pow2(spec.d_v),
+                # float32: full products, not TF32; halves: the tensor cores' own (the default)
+                PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
                 UPCAST=q.dtype == torch.bfloat16 and _interpreted())
 
 
