@@ -4,6 +4,7 @@ then timings of the kernels against SDPA's flash kernel and compiled FlexAttenti
     python scripts/gpu_check.py                      # on a CUDA machine; about 5-8 minutes
     python scripts/gpu_check.py --sizes 1024 4096    # fewer lengths
     python scripts/gpu_check.py --dry-run            # what it would run (any machine)
+    python scripts/gpu_check.py --figure docs/img/triton_grid.png   # the launch grids (any)
 
 1. Correctness: :func:`attnlab.testing.check_backend` with ``device="cuda"`` on every exact
    backend (reference, sdpa, tiled, blocksparse, triton, triton_blocksparse): outputs, lse and
@@ -171,7 +172,15 @@ def main() -> int:
     p.add_argument("--skip-correctness", action="store_true")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/gpu_check.md")
     p.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
+    p.add_argument("--figure", type=Path, default=None,
+                   help="draw the kernels' launch grids to this path and exit (no GPU needed)")
     args = p.parse_args()
+    if args.figure is not None:
+        from attnlab.plots.kernels import launch_grid_figure
+
+        launch_grid_figure(args.figure)
+        print(f"wrote {args.figure}")
+        return 0
     if args.dry_run:
         print(f"correctness: check_backend(device='cuda') on {', '.join(EXACT)}; "
               f"{', '.join(APPROX)} run once")
