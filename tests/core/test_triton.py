@@ -228,3 +228,10 @@ def test_the_conformance_kit_runs_where_it_is_told():
 
     rep = check_backend("sdpa", device="cpu", dtypes=[torch.float32])
     assert rep.passed and len(rep.results) > 10
+
+
+def test_the_launch_grid_figure_is_drawn(tmp_path):
+    from attnlab.plots.kernels import launch_grid_figure
+
+    launch_grid_figure(tmp_path / "grid.png", n=128, block=32, window=40)
+    assert (tmp_path / "grid.png").stat().st_size > 10_000
