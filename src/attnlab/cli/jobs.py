@@ -69,6 +69,8 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
                "season": season, "lookback": model.effective_lookback, "encoder": model.encoder,
                "n_origins": n_origins, "refit": refit,
                "origins": [time_label(index, t) for t in bt.origins],
+               "base": model.base, "base_backtest": bt.model.base_name_,
+               "base_final": model.base_name_, "base_validation_mae": model.base_scores_,
                "backtest": bt.metrics, "epochs_final": model.history_.epochs,
                "best_epoch_final": model.history_.best_epoch,
                "forecast": {"step": list(range(1, horizon + 1)), "value": future.tolist(),

@@ -23,14 +23,18 @@ def fit_forecast_cmd(
     target: Optional[str] = typer.Option(None, help="Column of --csv to forecast."),
     time: Optional[str] = typer.Option(None, help="Date column of --csv (rows are sorted by it)."),
     exog: Optional[str] = typer.Option(None, help="Comma-separated past-covariate columns."),
-    example: Optional[str] = typer.Option(None, help="Bundled series instead of --csv: co2 or "
-                                          "sunspots."),
+    example: Optional[str] = typer.Option(None, help="Bundled series instead of --csv: co2, "
+                                          "sunspots, elnino or unemployment."),
     horizon: Optional[int] = typer.Option(None, help="Steps to forecast (example default: one "
                                           "season)."),
     season: Optional[int] = typer.Option(None, help="Seasonal period, e.g. 12 for monthly data."),
     lookback: Optional[int] = typer.Option(None, help="Past steps the model reads (default 3 "
                                            "seasons, or 24)."),
     encoder: str = typer.Option("gru", help="gru, lstm or transformer."),
+    base: str = typer.Option("auto", help="Statistical forecast the network corrects: auto "
+                             "(best of seasonal_naive, ets, ar on the training tail), "
+                             "seasonal_naive, naive, ets, ar, or none."),
+    pool: str = typer.Option("attention", help="attention, or mean (the ablation)."),
     origins: Optional[int] = typer.Option(None, help="Rolling-origin backtest origins."),
     refit: bool = typer.Option(False, "--refit", help="Refit the model at every backtest "
                                "origin (as ETS and AR are); origins times slower."),
@@ -58,7 +62,8 @@ def fit_forecast_cmd(
             origins = origins or ex.n_origins
         else:
             if csv is None or target is None:
-                raise UsageError("give --csv F --target COL (or --example co2|sunspots)")
+                raise UsageError("give --csv F --target COL (or --example co2|sunspots|elnino|"
+                                 "unemployment)")
             cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
             y, X = readers.series_from_csv(csv, target, time, cols)
             name = target
@@ -72,7 +77,7 @@ def fit_forecast_cmd(
         with working("fitting (backtest, then the final model)"):
             m = jobs.fit_forecast(y, out, X=X, horizon=horizon, season=season,
                                   n_origins=origins, name=name, say=say, refit=refit,
-                                  encoder=encoder,
+                                  encoder=encoder, base=base, pool=pool,
                                   lookback=lookback, max_epochs=max_epochs, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None

@@ -6,6 +6,11 @@ Time series (pandas Series with a DatetimeIndex, and the settings the examples u
   the few months with no reading are linearly interpolated. 526 months, season 12.
 * ``sunspots``: yearly mean sunspot number 1700-2008 (statsmodels), 309 years; the ~11-year
   Schwabe cycle is used as the season (it varies between about 9 and 14 years).
+* ``elnino``: monthly sea surface temperature of the El Nino region (deg C), 1950-2010
+  (statsmodels), 732 months, season 12: a strong annual cycle with irregular multi-year
+  El Nino / La Nina swings on top.
+* ``unemployment``: the US civilian unemployment rate (%), quarterly 1959-2009 (statsmodels'
+  macrodata), 203 quarters, season 4: persistent, no clear season, recessions as jumps.
 
 Tables (pandas DataFrame and target Series, from scikit-learn): ``diabetes`` (regression,
 442 rows, 10 features), ``breast_cancer`` (binary, 569 x 30), ``wine`` (3 classes, 178 x 13).
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SERIES = ("co2", "sunspots")
+SERIES = ("co2", "sunspots", "elnino", "unemployment")
 TABLES = ("diabetes", "breast_cancer", "wine")
 
 
@@ -46,6 +51,26 @@ def load_series(name: str) -> SeriesExample:
         idx = pd.to_datetime(df["YEAR"].astype(int).astype(str), format="%Y")
         y = pd.Series(df["SUNACTIVITY"].to_numpy(dtype=float), index=idx, name="sunspots")
         return SeriesExample(y, 11, 11, 5, "Yearly mean sunspot number, 1700-2008")
+    if name == "elnino":
+        from statsmodels.datasets import elnino
+
+        df = elnino.load_pandas().data
+        months = df.columns[1:]
+        values = df[months].to_numpy(dtype=float).reshape(-1)
+        idx = pd.date_range(f"{int(df['YEAR'].iloc[0])}-01-01", periods=len(values), freq="MS")
+        y = pd.Series(values, index=idx, name="elnino")
+        return SeriesExample(y, 12, 12, 10, "El Nino region sea surface temperature, monthly "
+                             "(deg C), 1950-2010")
+    if name == "unemployment":
+        from statsmodels.datasets import macrodata
+
+        df = macrodata.load_pandas().data
+        idx = pd.PeriodIndex.from_fields(year=df["year"].astype(int),
+                                         quarter=df["quarter"].astype(int),
+                                         freq="Q").to_timestamp()
+        y = pd.Series(df["unemp"].to_numpy(dtype=float), index=idx, name="unemployment")
+        return SeriesExample(y, 4, 8, 6, "US civilian unemployment rate, quarterly (%), "
+                             "1959-2009")
     raise ValueError(f"unknown series example {name!r}; choose one of {', '.join(SERIES)}")
 
 

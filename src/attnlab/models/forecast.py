@@ -10,9 +10,11 @@ the next ``horizon`` values at once (direct multi-step). Two encoders:
 * ``"transformer"``: a pre-LN Transformer encoder over the window (sinusoidal positions), then
   the same attention pooling with the last step's state as the query.
 
-The network predicts the *change from seasonal naive* (from the last value when there is no
-season), and its output layer starts at zero: an untrained model is seasonal naive, and training
-moves away from it only as far as the validation windows support. Scaling is inside: each input
+The network predicts the *change from a statistical base forecast* (``base``: seasonal naive,
+Holt-Winters ETS, AutoReg, or by default the best of them on the last part of the training
+series; :mod:`~attnlab.models.bases`), and its output layer starts at zero: an untrained model
+is its base, and training moves away from it only as far as the validation windows support
+(the hybrid of Smyl's ES-RNN, the M4 winner). Scaling is inside: each input
 window is expressed relative to its last observation (so a trend does not leave the range seen
 in training), divided by the spread of the training targets, and also given in absolute
 standardized form; exogenous columns are standardized; with a ``season`` the
@@ -38,6 +40,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
 from attnlab.models.backtest import BacktestResult, rolling_origin
+from attnlab.models.bases import BASES, base_from_dict, choose_base, fit_base
 from attnlab.models.forecast_nets import RecurrentNet, TransformerNet
 from attnlab.models.latex import Equations
 from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
@@ -96,6 +99,13 @@ class AttentionForecaster(BaseEstimator):
             transformer only; ``hidden_size`` must be divisible by it).
         season: the seasonal period (12 for monthly data); adds the phase as a feature and
             sets seasonal naive's and MASE's period. None for none.
+        base: the statistical forecast the network corrects (:mod:`~attnlab.models.bases`):
+            ``"auto"`` (the best of seasonal naive, ETS and AR on the last part of the
+            training series), ``"seasonal_naive"``, ``"naive"``, ``"ets"``, ``"ar"``, or
+            ``"none"`` (no base: the network predicts the series' deviation from its mean).
+            The output layer starts at zero, so an untrained model forecasts the base.
+        pool: ``"attention"`` over the encoder's time steps, or ``"mean"`` (uniform weights:
+            the ablation that asks whether attention is what helps).
         val_fraction: the last part of the training windows held out for early stopping.
         max_epochs, batch_size, lr, weight_decay, patience, clip_norm, seed, device, verbose:
             the shared training loop (:class:`~attnlab.models.training.TrainConfig`).
@@ -110,7 +120,8 @@ class AttentionForecaster(BaseEstimator):
 
     def __init__(self, horizon: int = 12, lookback: int | None = None, encoder: str = "gru",
                  hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
-                 dropout: float = 0.1, season: int | None = None, val_fraction: float = 0.2,
+                 dropout: float = 0.1, season: int | None = None, base: str = "auto",
+                 pool: str = "attention", val_fraction: float = 0.2,
                  max_epochs: int = 300, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 1e-4, patience: int = 30, clip_norm: float = 1.0,
                  seed: int = 0, device: str = "auto", verbose: bool = False):
@@ -122,6 +133,8 @@ class AttentionForecaster(BaseEstimator):
         self.nhead = nhead
         self.dropout = dropout
         self.season = season
+        self.base = base
+        self.pool = pool
         self.val_fraction = val_fraction
         self.max_epochs = max_epochs
         self.batch_size = batch_size
@@ -153,6 +166,10 @@ class AttentionForecaster(BaseEstimator):
         if self.encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got "
                              f"{self.encoder!r}")
+        if self.base not in BASES:
+            raise ValueError(f"base must be one of {', '.join(BASES)}, got {self.base!r}")
+        if self.pool not in ("attention", "mean"):
+            raise ValueError(f"pool must be 'attention' or 'mean', got {self.pool!r}")
         if self.encoder == "transformer" and self.hidden_size % self.nhead:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by nhead "
                              f"({self.nhead}) for the transformer encoder")
@@ -160,9 +177,10 @@ class AttentionForecaster(BaseEstimator):
     def _build(self, n_features: int) -> nn.Module:
         if self.encoder == "transformer":
             return TransformerNet(n_features, self.hidden_size, self.num_layers, self.nhead,
-                                   self.horizon, self.dropout, self.effective_lookback)
+                                   self.horizon, self.dropout, self.effective_lookback,
+                                   self.pool)
         return RecurrentNet(n_features, self.hidden_size, self.num_layers, self.encoder,
-                             self.horizon, self.dropout)
+                             self.horizon, self.dropout, self.pool)
 
     # ---- features -----------------------------------------------------------------------
 
@@ -184,12 +202,11 @@ class AttentionForecaster(BaseEstimator):
             feats += [np.sin(phase)[..., None], np.cos(phase)[..., None]]
         return np.concatenate(feats, axis=-1)
 
-    def _reference(self, y: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Seasonal naive's forecast from each end, ``(len(ends), horizon)``: the network
-        predicts the change from it (with no season: from the last value)."""
-        m = self.effective_season
-        h = np.arange(self.horizon)
-        return y[ends[:, None] - m + (h % m)[None, :]]
+    def _reference(self, y: np.ndarray, ends: np.ndarray, state=None, base=None) -> np.ndarray:
+        """The base's forecast from each end, ``(len(ends), horizon)``, its parameters fixed
+        (``state``: its filter state just before ``y[0]``; ``base``: another fit of it): the
+        network predicts the change from it."""
+        return (base or self.base_).forecasts(y, ends, self.horizon, state)
 
     def _targets(self, y: np.ndarray, ends: np.ndarray) -> np.ndarray:
         idx = ends[:, None] + np.arange(self.horizon)[None, :]
@@ -197,8 +214,10 @@ class AttentionForecaster(BaseEstimator):
 
     @property
     def _history(self) -> int:
-        """Observations one forecast needs: the window, and one season for the reference."""
-        return max(self.effective_lookback, self.effective_season)
+        """Observations one forecast needs: the window, one season, and the base's lags."""
+        own = getattr(self, "base_", None)
+        return max(self.effective_lookback, self.effective_season,
+                   own.history if own is not None else 1)
 
     @property
     def min_length(self) -> int:
@@ -220,6 +239,14 @@ class AttentionForecaster(BaseEstimator):
                              "lookback or horizon, or give a longer series")
         config = TrainConfig.of(self)
         device = resolve_device(self.device)
+        m = self.effective_season
+        self.base_scores_ = {}
+        name = self.base
+        if name == "auto":
+            name, self.base_scores_ = choose_base(y, m, H, val_windows=max(
+                2, min(5, len(y) // (4 * H))))
+        self.base_name_ = name
+        self.base_ = fit_base(name, y, m)
         ends = np.arange(self._history, len(y) - H + 1)                     # first target index
         self.mean_, self.std_ = float(y.mean()), float(y.std()) or 1.0
         deltas = y[ends[:, None] + np.arange(H)] - self._reference(y, ends)
@@ -245,6 +272,7 @@ class AttentionForecaster(BaseEstimator):
                                   description=f"{self.encoder} forecaster")
         self.n_features_ = int(inputs.shape[-1])
         self.y_tail_ = y[-self._history:].copy()
+        self.base_state_ = self.base_.state_before(y, len(y) - len(self.y_tail_))
         self.x_tail_ = None if X is None else X[-self._history:].copy()
         self.n_obs_ = len(y)
         self.attention_ = None
@@ -256,14 +284,15 @@ class AttentionForecaster(BaseEstimator):
 
     @torch.no_grad()
     def _forecast(self, y: np.ndarray, X: np.ndarray | None,
-                  offset: int) -> tuple[np.ndarray, np.ndarray]:
+                  offset: int, state=None, base=None) -> tuple[np.ndarray, np.ndarray]:
         """One direct forecast of ``horizon`` steps after the end of ``y`` (whose first value
-        sits at position ``offset`` of the fitted series), and the attention over the window."""
+        sits at position ``offset`` of the fitted series; ``state``: the base's state just
+        before it), and the attention over the window."""
         self.net_.eval()
         feats = self._features(y, X, np.array([len(y)]), offset)
         x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
         out, w = self.net_(x)
-        ref = self._reference(y, np.array([len(y)]))[0]
+        ref = self._reference(y, np.array([len(y)]), state, base)[0]
         pred = ref + out[0].double().cpu().numpy() * self.dscale_
         return pred, w[0].double().cpu().numpy()
 
@@ -284,10 +313,15 @@ class AttentionForecaster(BaseEstimator):
             if X is not None:
                 raise ValueError("X given without y: pass the history y it belongs to")
             hist, xh, offset = self.y_tail_, self.x_tail_, self.n_obs_ - len(self.y_tail_)
+            state, base = self.base_state_, None
         else:
             hist = _as_series(y)
             xh = _as_exog(X, len(hist))
-            offset = 0
+            offset, state, base = 0, None, None
+            if len(hist) > self.n_obs_ and self.base_.name in ("ets", "ar"):
+                # a longer history than fitted (a later forecast origin): the base is refitted
+                # on it, as a statistical model would be; the network's correction is kept
+                base = fit_base(self.base_.name, hist, self.effective_season)
             if len(hist) < self._history:
                 raise ValueError(f"y has {len(hist)} observations; a forecast reads the last "
                                  f"{self._history} (lookback, and one season for the "
@@ -301,7 +335,7 @@ class AttentionForecaster(BaseEstimator):
                              "exogenous values; refit with a longer horizon")
         series, preds, first_w = hist, [], None
         while sum(len(p) for p in preds) < horizon:
-            p, w = self._forecast(series, xh, offset)
+            p, w = self._forecast(series, xh, offset, state, base)
             first_w = w if first_w is None else first_w
             preds.append(p)
             series = np.concatenate([series, p])
@@ -341,8 +375,16 @@ class AttentionForecaster(BaseEstimator):
                    r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
                    r"\ldots, " + str(L))
         m = self.effective_season
-        ref = (r"y_{L + h - " + str(m) + r" \lceil h / " + str(m) + r" \rceil}" if m > 1
-               else "y_L")
+        base = getattr(self, "base_name_", None) or (
+            self.base if self.base != "auto" else None)
+        if base == "seasonal_naive" and m > 1:
+            ref = r"y_{L + h - " + str(m) + r" \lceil h / " + str(m) + r" \rceil}"
+        elif base in ("naive", "seasonal_naive"):
+            ref = "y_L"
+        elif base == "none":
+            ref = r"\mu"
+        else:
+            ref = r"\hat{y}^{\mathrm{base}}_{L+h}"
         lines = [
             (r"\mathbf{x}_t", r"\left[\frac{y_t - y_L}{s_\Delta}, \frac{y_t - \mu}{\sigma}"
              + (r", \mathbf{z}_t" if getattr(self, "n_exog_", 0) else "")
@@ -359,17 +401,27 @@ class AttentionForecaster(BaseEstimator):
              r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L] + \mathbf{b}_1\right) + \mathbf{b}_2"
              r"\right]_h, \quad h = 1, \ldots, " + str(H)),
         ]
+        if self.pool == "mean":                      # the ablation: uniform weights
+            lines[2:4] = [(r"\alpha_t", r"\frac{1}{" + str(L) + r"}, \quad \mathbf{v}_t = "
+                           r"\mathbf{h}_t")]
         where = [
             (r"y_1, \ldots, y_{" + str(L) + "}", f"the last {L} observations (lookback)"),
             (r"\mu, \sigma", "mean and standard deviation of the training series"),
             (r"s_\Delta", "standard deviation, over the training windows, of the targets' "
-             "change from the reference forecast " + ("(seasonal naive)" if m > 1 else
-                                                       "(the last value)")),
+             "change from the base forecast"),
             (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
              "query and key projections"),
             (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "
              r"\in \mathbb{R}^{" + f"{H} \\times {d}" + "}", "output layer"),
         ]
+        if ref == r"\hat{y}^{\mathrm{base}}_{L+h}":
+            what = {"ets": "Holt-Winters ETS (additive damped trend"
+                           + (", additive season" if m > 1 else "") + ")",
+                    "ar": "an AutoReg model with a constant, order by AIC"}.get(
+                base, "the best of seasonal naive, ETS and AutoReg on the last part of the "
+                      "training series")
+            where.append((r"\hat{y}^{\mathrm{base}}_{L+h}", f"the h-step forecast of {what}, "
+                          "fitted on the training series (the base the network corrects)"))
         if self.effective_season > 1:
             m = self.effective_season
             where.append((r"\phi_t", f"2 pi (t mod {m}) / {m}, the "
@@ -400,6 +452,10 @@ class AttentionForecaster(BaseEstimator):
             tensors["x_std"] = torch.tensor(self.x_std_)
         state = {k: getattr(self, k) for k in self._STATE}
         state["history"] = self.history_.to_dict()
+        state["base"] = self.base_.to_dict()
+        state["base_scores"] = self.base_scores_
+        bs = self.base_state_
+        state["base_state"] = None if bs is None else [bs[0], bs[1], list(bs[2])]
         return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
 
     @classmethod
@@ -409,6 +465,13 @@ class AttentionForecaster(BaseEstimator):
         try:
             for k in cls._STATE:
                 setattr(self, k, state[k])
+            # a model saved before the hybrid bases existed used seasonal naive
+            self.base_ = base_from_dict(state.get("base") or {
+                "name": "seasonal_naive", "season": self.effective_season})
+            self.base_name_ = self.base_.name
+            self.base_scores_ = state.get("base_scores", {})
+            bs = state.get("base_state")
+            self.base_state_ = None if bs is None else (bs[0], bs[1], list(bs[2]))
             self.y_tail_ = tensors["y_tail"].numpy()
             self.x_tail_ = self.x_mean_ = self.x_std_ = None
             if self.n_exog_:

@@ -14,8 +14,9 @@ from attnlab.nn.transformer import Encoder, EncoderLayer
 class AttentionPool(nn.Module):
     """Attention pooling over time: query from the last state, keys/values from every state."""
 
-    def __init__(self, d: int, horizon: int, dropout: float):
+    def __init__(self, d: int, horizon: int, dropout: float, mode: str = "attention"):
         super().__init__()
+        self.mode = mode              # "mean": the ablation's uniform weights instead
         self.w_q = nn.Linear(d, d)
         self.w_k = nn.Linear(d, d)
         self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Dropout(dropout),
@@ -28,6 +29,9 @@ class AttentionPool(nn.Module):
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # h (B, L, d) -> forecast (B, horizon), weights over the L steps (B, L)
         last = h[:, -1]                                                    # (B, d)
+        if self.mode == "mean":
+            weights = torch.full(h.shape[:2], 1.0 / h.shape[1], dtype=h.dtype, device=h.device)
+            return self.head(torch.cat([h.mean(dim=1), last], dim=-1)), weights
         res = attention(self.w_q(last)[:, None], self.w_k(h), h, return_weights=True)
         context = res.out[:, 0]                                            # (B, d)
         return self.head(torch.cat([context, last], dim=-1)), res.weights[:, 0]
@@ -35,12 +39,12 @@ class AttentionPool(nn.Module):
 
 class RecurrentNet(nn.Module):
     def __init__(self, n_in: int, hidden: int, layers: int, cell: str, horizon: int,
-                 dropout: float):
+                 dropout: float, pool: str = "attention"):
         super().__init__()
         rnn = nn.GRU if cell == "gru" else nn.LSTM
         self.rnn = rnn(n_in, hidden, layers, batch_first=True,
                        dropout=dropout if layers > 1 else 0.0)
-        self.pool = AttentionPool(hidden, horizon, dropout)
+        self.pool = AttentionPool(hidden, horizon, dropout, pool)
 
     def forward(self, x):
         h, _ = self.rnn(x)                                                 # (B, L, hidden)
@@ -49,14 +53,14 @@ class RecurrentNet(nn.Module):
 
 class TransformerNet(nn.Module):
     def __init__(self, n_in: int, d_model: int, layers: int, nhead: int, horizon: int,
-                 dropout: float, lookback: int):
+                 dropout: float, lookback: int, pool: str = "attention"):
         super().__init__()
         self.inp = nn.Linear(n_in, d_model)
         self.register_buffer("pos", sinusoidal_table(lookback, d_model))
         layer = EncoderLayer(d_model, nhead, 2 * d_model, dropout, activation="gelu",
                              batch_first=True, norm_first=True)
         self.encoder = Encoder(layer, layers, norm=nn.LayerNorm(d_model))
-        self.pool = AttentionPool(d_model, horizon, dropout)
+        self.pool = AttentionPool(d_model, horizon, dropout, pool)
 
     def forward(self, x):
         h = self.encoder(self.inp(x) + self.pos)                           # (B, L, d_model)
