@@ -227,23 +227,24 @@ def fit_base(name: str, y: np.ndarray, season: int) -> Base:
     raise ValueError(f"base must be one of {', '.join(BASES)}, got {name!r}")
 
 
-def choose_base(y: np.ndarray, season: int, horizon: int, val_windows: int) -> tuple[str, dict]:
-    """``auto``: the candidate with the lowest MAE over the last ``val_windows`` forecast
-    origins of ``y`` (non-overlapping, ``horizon`` apart), fitted on what precedes them.
-    Returns the name and every candidate's MAE."""
-    n_val = max(1, val_windows) * horizon
+def choose_base(y: np.ndarray, season: int, horizon: int,
+                val_fraction: float = 0.25) -> tuple[str, dict]:
+    """``auto``: the candidate with the lowest MAE over every forecast origin in the last
+    ``val_fraction`` of ``y`` (at least two horizons), each candidate fitted once on what
+    precedes them and forecasting with its parameters fixed (so many overlapping origins cost
+    one fit). Returns the name and every candidate's MAE."""
+    n_val = max(2 * horizon, int(round(len(y) * val_fraction)))
     split = len(y) - n_val
     if split < max(2 * season, 12) + 1:
         return "seasonal_naive", {}
-    ends = np.arange(split, len(y) - horizon + 1, horizon)
+    ends = np.arange(split, len(y) - horizon + 1)
+    actual = y[ends[:, None] + np.arange(horizon)[None, :]]
     scores = {}
     for name in CANDIDATES:
         base = fit_base(name, y[:split], season)
-        if len(ends) == 0 or split < base.history:
+        if split < base.history:
             continue
-        fc = base.forecasts(y, ends, horizon)
-        actual = y[ends[:, None] + np.arange(horizon)[None, :]]
-        scores[name] = float(np.mean(np.abs(fc - actual)))
+        scores[name] = float(np.mean(np.abs(base.forecasts(y, ends, horizon) - actual)))
     best = min(scores, key=scores.get) if scores else "seasonal_naive"
     return best, scores
 

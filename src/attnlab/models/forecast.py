@@ -243,8 +243,7 @@ class AttentionForecaster(BaseEstimator):
         self.base_scores_ = {}
         name = self.base
         if name == "auto":
-            name, self.base_scores_ = choose_base(y, m, H, val_windows=max(
-                2, min(5, len(y) // (4 * H))))
+            name, self.base_scores_ = choose_base(y, m, H)
         self.base_name_ = name
         self.base_ = fit_base(name, y, m)
         ends = np.arange(self._history, len(y) - H + 1)                     # first target index
@@ -270,6 +269,7 @@ class AttentionForecaster(BaseEstimator):
             self.net_ = self._build(inputs.shape[-1]).to(device)
             self.history_ = train(self.net_, loss_fn, train_data, val_data, config,
                                   description=f"{self.encoder} forecaster")
+        self.shrink_ = self._shrink_to_validation(val_data)
         self.n_features_ = int(inputs.shape[-1])
         self.y_tail_ = y[-self._history:].copy()
         self.base_state_ = self.base_.state_before(y, len(y) - len(self.y_tail_))
@@ -278,6 +278,24 @@ class AttentionForecaster(BaseEstimator):
         self.attention_ = None
         self.device_ = device
         return self
+
+    @torch.no_grad()
+    def _shrink_to_validation(self, val_data) -> float:
+        """Scale the network's correction of the base by the ``w`` in [0, 1] that minimizes
+        the validation windows' squared error of ``base + w * correction`` (least squares,
+        clipped): 1 keeps it, 0 is the base alone, when the trained correction does not beat
+        the base on data the training never saw. Folded into the output layer."""
+        if val_data is None:
+            return 1.0
+        self.net_.eval()
+        out = self.net_(val_data[0])[0].double()
+        t = val_data[1].double()
+        den = float((out * out).sum())
+        w = min(1.0, max(0.0, float((out * t).sum()) / den)) if den > 0 else 0.0
+        last = self.net_.pool.head[-1]
+        last.weight.mul_(w)
+        last.bias.mul_(w)
+        return w
 
     def _check_fitted(self):
         check_is_fitted(self, "net_")
@@ -453,6 +471,7 @@ class AttentionForecaster(BaseEstimator):
         state = {k: getattr(self, k) for k in self._STATE}
         state["history"] = self.history_.to_dict()
         state["base"] = self.base_.to_dict()
+        state["shrink"] = self.shrink_
         state["base_scores"] = self.base_scores_
         bs = self.base_state_
         state["base_state"] = None if bs is None else [bs[0], bs[1], list(bs[2])]
@@ -470,6 +489,7 @@ class AttentionForecaster(BaseEstimator):
                 "name": "seasonal_naive", "season": self.effective_season})
             self.base_name_ = self.base_.name
             self.base_scores_ = state.get("base_scores", {})
+            self.shrink_ = float(state.get("shrink", 1.0))
             bs = state.get("base_state")
             self.base_state_ = None if bs is None else (bs[0], bs[1], list(bs[2]))
             self.y_tail_ = tensors["y_tail"].numpy()
