@@ -18,7 +18,7 @@ from attnlab.cli import main as cli
 
 def run(out: Path) -> str:
     lines = []
-    for name in ("co2", "sunspots"):
+    for name in ("co2", "sunspots", "elnino", "unemployment"):
         t0 = time.perf_counter()
         assert cli(["fit", "forecast", "--example", name, "--out", str(out / name)]) == 0
         m = json.loads((out / name / "metrics.json").read_text())

@@ -11,6 +11,7 @@ from pathlib import Path
 from attnlab.models.forecast import AttentionForecaster, BacktestResult
 from attnlab.models.graph import GATClassifier, Graph
 from attnlab.models.seq2seq import ReversalSeq2Seq
+from attnlab.models.spatiotemporal import SpatioTemporalForecaster
 from attnlab.models.tabular import FeatureAttentionClassifier, FeatureAttentionRegressor
 from attnlab.models.training import TrainConfig, TrainHistory, train
 
@@ -31,5 +32,5 @@ def load(path: str | Path, device: str | None = None):
 
 
 __all__ = ["AttentionForecaster", "BacktestResult", "FeatureAttentionClassifier",
-           "FeatureAttentionRegressor", "GATClassifier", "Graph", "ReversalSeq2Seq", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
+           "FeatureAttentionRegressor", "GATClassifier", "Graph", "ReversalSeq2Seq", "SpatioTemporalForecaster", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
            "train"]

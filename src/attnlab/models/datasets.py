@@ -12,6 +12,10 @@ Time series (pandas Series with a DatetimeIndex, and the settings the examples u
 * ``unemployment``: the US civilian unemployment rate (%), quarterly 1959-2009 (statsmodels'
   macrodata), 203 quarters, season 4: persistent, no clear season, recessions as jumps.
 
+Many series (:func:`load_panel`): ``us_employment``, US employment by industry (thousands),
+monthly 2006-2015, 120 months x 15 industries that do not overlap (vega_datasets' bundled
+copy of the BLS series).
+
 Tables (pandas DataFrame and target Series, from scikit-learn): ``diabetes`` (regression,
 442 rows, 10 features), ``breast_cancer`` (binary, 569 x 30), ``wine`` (3 classes, 178 x 13).
 """
@@ -72,6 +76,28 @@ def load_series(name: str) -> SeriesExample:
         return SeriesExample(y, 4, 8, 6, "US civilian unemployment rate, quarterly (%), "
                              "1959-2009")
     raise ValueError(f"unknown series example {name!r}; choose one of {', '.join(SERIES)}")
+
+
+PANELS = ("us_employment",)
+EMPLOYMENT_INDUSTRIES = (
+    "mining_and_logging", "construction", "durable_goods", "nondurable_goods",
+    "wholesale_trade", "retail_trade", "transportation_and_warehousing", "utilities",
+    "information", "financial_activities", "professional_and_business_services",
+    "education_and_health_services", "leisure_and_hospitality", "other_services", "government")
+
+
+def load_panel(name: str):
+    """One of :data:`PANELS` as a DataFrame (DatetimeIndex, one column per series)."""
+    import pandas as pd
+
+    if name != "us_employment":
+        raise ValueError(f"unknown panel {name!r}; choose one of {', '.join(PANELS)}")
+    from vega_datasets import local_data
+
+    df = local_data.us_employment()
+    out = df[list(EMPLOYMENT_INDUSTRIES)].astype(float)
+    out.index = pd.DatetimeIndex(pd.to_datetime(df["month"]), name="month")
+    return out
 
 
 def load_table(name: str):

@@ -1,0 +1,114 @@
+"""The hybrid forecaster: statistical bases with fixed parameters, the network correcting them,
+the shrink toward the base, the ablation, and the bundled series."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.models import AttentionForecaster, load
+from attnlab.models import bases as B
+from attnlab.models.ablation import ablation
+from attnlab.models.baselines import ar_forecast, ets_forecast
+from attnlab.models.datasets import load_series
+
+FAST = dict(hidden_size=16, max_epochs=30, patience=8, seed=0)
+
+
+def _series(n=240, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return 10 + 0.05 * t + 2 * np.sin(2 * np.pi * t / 12) + 0.3 * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("season", [12, 1])
+def test_the_ets_filter_is_statsmodels_holt_winters(season):
+    y = _series(200)
+    base = B.ETS.fit(y[:150], season)
+    assert np.allclose(base.forecasts(y, [150], 12)[0], ets_forecast(y[:150], 12, season),
+                       atol=1e-6)
+    # its state carried to the middle of the series continues the same filter
+    st = base.state_before(y, 90)
+    assert np.allclose(base.forecasts(y[90:], [60], 12, st), base.forecasts(y, [150], 12))
+
+
+def test_the_ar_recursion_is_statsmodels_autoreg():
+    y = _series(200)
+    base = B.AR.fit(y[:150], 12)
+    assert np.allclose(base.forecasts(y, [150], 12)[0], ar_forecast(y[:150], 12, 12))
+    many = base.forecasts(y, [120, 150], 5)                       # any origins at once
+    assert many.shape == (2, 5) and np.allclose(many[1], base.forecasts(y, [150], 5)[0])
+
+
+def test_auto_picks_the_candidate_with_the_lowest_validation_error():
+    y = _series(240)
+    name, scores = B.choose_base(y, 12, 12)
+    assert set(scores) == set(B.CANDIDATES) and name == min(scores, key=scores.get)
+    assert scores["seasonal_naive"] > scores["ets"]              # a trend: naive lags
+
+
+@pytest.mark.parametrize("base", ["seasonal_naive", "ets", "ar", "none"])
+def test_an_untrained_correction_forecasts_the_base(base):
+    y = _series()
+    f = AttentionForecaster(horizon=6, season=12, base=base, **FAST).fit(y)
+    assert f.base_name_ == base and 0.0 <= f.shrink_ <= 1.0
+    with torch.no_grad():
+        f.net_.pool.head[-1].weight.zero_()
+        f.net_.pool.head[-1].bias.zero_()
+    expect = f.base_.forecasts(y, np.array([len(y)]), 6)[0]
+    assert np.allclose(f.predict(), expect, atol=1e-9)
+    # a later origin: the statistical bases are refitted on the longer history
+    longer = np.concatenate([y, _series(260)[240:]])
+    refit = B.fit_base(base, longer, 12).forecasts(longer, np.array([len(longer)]), 6)[0]
+    if base in ("ets", "ar"):
+        assert np.allclose(f.predict(6, longer), refit, atol=1e-9)
+
+
+def test_the_hybrid_saves_and_loads_with_its_base(tmp_path):
+    y = _series()
+    f = AttentionForecaster(horizon=6, season=12, base="ets", **FAST).fit(y)
+    f.save(tmp_path / "m")
+    g = load(tmp_path / "m")
+    assert g.base_name_ == "ets" and g.shrink_ == pytest.approx(f.shrink_)
+    assert np.allclose(f.predict(), g.predict()) and np.allclose(f.predict(18), g.predict(18))
+
+
+def test_mean_pooling_weighs_every_step_alike_and_says_so():
+    f = AttentionForecaster(horizon=6, season=12, pool="mean", **FAST).fit(_series())
+    f.predict()
+    assert np.allclose(f.attention_, 1 / 36)
+    assert r"\frac{1}{36}" in f.to_latex()
+
+
+def test_bad_base_or_pool_names_the_argument():
+    with pytest.raises(ValueError, match="base must be one of"):
+        AttentionForecaster(base="arima").fit(_series())
+    with pytest.raises(ValueError, match="pool must be"):
+        AttentionForecaster(pool="max").fit(_series())
+
+
+def test_the_ablation_reports_every_variant_per_seed():
+    y = _series(220)
+    res = ablation(AttentionForecaster(horizon=6, season=12, **{**FAST, "max_epochs": 8}), y,
+                   n_origins=2, seeds=(0, 1), series="synthetic")
+    for name in ("base + attention", "base + mean pooling", "network, no base"):
+        assert len(res.mase[name]) == 2 and all(np.isfinite(res.mase[name]))
+    assert f"base alone ({res.base})" in res.mase and len(res.mase["ets"]) == 1
+    table = res.table()
+    assert "MASE (mean ± std)" in table and "(deterministic)" in table
+    assert res.best_baseline()[0] in ("seasonal_naive", "ets", "ar")
+
+
+@pytest.mark.parametrize("name,n,season", [("elnino", 732, 12), ("unemployment", 203, 4)])
+def test_the_new_bundled_series(name, n, season):
+    ex = load_series(name)
+    assert len(ex.y) == n and ex.season == season and not ex.y.isna().any()
+    assert ex.y.index.is_monotonic_increasing and ex.y.index.is_unique
+
+
+def test_fit_forecast_refuses_an_unknown_base_in_one_line(capsys, tmp_path):
+    from attnlab.cli import main
+
+    assert main(["fit", "forecast", "--example", "unemployment", "--base", "arima",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "base must be one of" in err[0]
