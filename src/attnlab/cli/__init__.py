@@ -15,6 +15,7 @@ import typer
 from attnlab.cli import core as _core  # noqa: F401  (registers explain, backends, inspect, bench)
 from attnlab.cli import models as _models  # noqa: F401  (registers fit, predict, demo)
 from attnlab.cli import diagnose as _diagnose  # noqa: F401  (registers diagnose)
+from attnlab.cli import paper as _paper  # noqa: F401  (registers paper)
 from attnlab.cli.app import UsageError, app, app_help, console
 
 __all__ = ["UsageError", "app", "console", "main"]

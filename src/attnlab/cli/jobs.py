@@ -43,6 +43,17 @@ def result_folder(out: Path):
 
 # ---- forecasting ----------------------------------------------------------------------------
 
+def _paper_folder(d: Path, bt, index, name: str) -> None:
+    """The paper section of a fit (``attnlab paper`` adds the ablation and sensitivity):
+    paper.tex and its figures (not compiled: `attnlab paper` compiles)."""
+    from attnlab.cli.paper import write_paper
+    from attnlab.models.paper import PaperInputs
+    from attnlab.plots.forecast import time_label
+
+    inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins])
+    write_paper(d, inputs, "en", False, bt.model, bt, index, name)
+
+
 def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int | None = None,
                  n_origins: int = 10, name: str = "series", say: Say = _quiet,
                  refit: bool = False, **params) -> dict:
@@ -78,6 +89,7 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     with result_folder(out) as d:
         write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         write_text_atomic(d / "backtest.md", bt.table() + "\n")
+        _paper_folder(d / "paper", bt, index, name)
         write_text_atomic(d / "forecast.csv", pd.DataFrame(
             {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
              "forecast": future}).to_csv(index=False))

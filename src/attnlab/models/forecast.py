@@ -440,9 +440,13 @@ class AttentionForecaster(BaseEstimator):
                       "training series")
             where.append((r"\hat{y}^{\mathrm{base}}_{L+h}", f"the h-step forecast of {what}, "
                           "fitted on the training series (the base the network corrects)"))
+        if getattr(self, "n_exog_", 0):
+            where.append((r"\mathbf{z}_t", f"the {self.n_exog_} exogenous (past covariate) "
+                          "column(s) at step t, standardized with their training mean and "
+                          "standard deviation"))
         if self.effective_season > 1:
             m = self.effective_season
-            where.append((r"\phi_t", f"2 pi (t mod {m}) / {m}, the "
+            where.append((r"\phi_t", f"\\(\\phi_t = 2\\pi (t \\bmod {m}) / {m}\\), the "
                           "phase within the season"))
         if self.encoder == "transformer":
             where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "

@@ -9,6 +9,7 @@ parse them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&",
@@ -20,10 +21,30 @@ def escape_tex(text: str) -> str:
     return "".join(_TEX_SPECIAL.get(c, c) for c in str(text))
 
 
+_INLINE = re.compile(r"\\\((.*?)\\\)")
+
+
+def text_with_math(meaning: str) -> str:
+    """A meaning for LaTeX: plain text escaped, ``\\( ... \\)`` segments kept as inline math.
+    (User text passed through :func:`escape_tex` first can never open a math segment: its
+    backslashes become ``\\textbackslash{}``.)"""
+    out, last = [], 0
+    for m in _INLINE.finditer(meaning):
+        out.append(escape_tex(meaning[last:m.start()]))
+        out.append(f"${m.group(1)}$")
+        last = m.end()
+    out.append(escape_tex(meaning[last:]))
+    return "".join(out)
+
+
+def markdown_with_math(meaning: str) -> str:
+    return _INLINE.sub(lambda m: f"${m.group(1)}$", meaning)
+
+
 @dataclass
 class Equations:
     """``lines`` are ``(lhs, rhs)`` pairs of math; ``where`` are ``(symbol, meaning)`` pairs
-    (meaning is plain text, escaped on output)."""
+    (meaning is plain text, escaped on output, except ``\\( ... \\)`` inline math)."""
 
     title: str
     lines: list[tuple[str, str]]
@@ -40,7 +61,7 @@ class Equations:
             out.append(r"where")
             out.append(r"\begin{itemize}")
             for sym, meaning in self.where:
-                out.append(f"  \\item ${sym}$: {escape_tex(meaning)}")
+                out.append(f"  \\item ${sym}$: {text_with_math(meaning)}")
             out.append(r"\end{itemize}")
         return "\n".join(out) + "\n"
 
@@ -52,7 +73,7 @@ class Equations:
             out.append("where")
             out.append("")
             for sym, meaning in self.where:
-                out.append(f"- ${sym}$: {meaning}")
+                out.append(f"- ${sym}$: {markdown_with_math(meaning)}")
         return "\n".join(out) + "\n"
 
     def math(self) -> list[str]:

@@ -106,3 +106,40 @@ def plot_future(y, future, weights, lookback: int, path, name: str, *, dates=Non
         axw.set_ylabel("attention")
         axw.set_xlabel("date" if dated else "time step relative to the end of the series")
     return Path(path)
+
+
+def plot_architecture(model, path) -> Path:
+    """The fitted forecaster's structure as a block diagram with its real dimensions: the input
+    window, the encoder, the attention pooling (query from the last state), the output layer,
+    and the base forecast it corrects."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    L, H, d = model.effective_lookback, model.horizon, model.hidden_size
+    n_in = getattr(model, "n_features_", 2)
+    base = getattr(model, "base_name_", model.base)
+    pool = "mean pooling" if model.pool == "mean" else "attention pooling"
+    boxes = [
+        (0.02, f"input window\n{L} steps x {n_in} features", "#dbe9f6"),
+        (0.22, f"{model.encoder.upper()} encoder\n{L} states of size {d}", "#c6dbef"),
+        (0.42, f"{pool}\nq = W_q h_L, k_t = W_k h_t\nweights over {L} steps", "#fdd0a2"),
+        (0.62, f"output layer\n[c; h_L] ({2 * d}) -> {d} -> {H}", "#c7e9c0"),
+        (0.82, f"forecast\nbase + correction\n{H} steps", "#e5e5e5"),
+    ]
+    with figure(path, figsize=(11.0, 3.0), layout=None) as fig:
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.axis("off")
+        for x, text, color in boxes:
+            ax.add_patch(FancyBboxPatch((x, 0.42), 0.16, 0.36, boxstyle="round,pad=0.01",
+                                        facecolor=color, edgecolor="#555555"))
+            ax.text(x + 0.08, 0.6, text, ha="center", va="center", fontsize=8.5)
+        for (x, _, _), (nx, _, _) in zip(boxes, boxes[1:]):
+            ax.add_patch(FancyArrowPatch((x + 0.17, 0.6), (nx - 0.01, 0.6),
+                                         arrowstyle="-|>", mutation_scale=12, color="#333333"))
+        ax.add_patch(FancyBboxPatch((0.62, 0.06), 0.16, 0.2, boxstyle="round,pad=0.01",
+                                    facecolor="#f2f2f2", edgecolor="#555555"))
+        ax.text(0.70, 0.16, f"base forecast: {base}", ha="center", va="center", fontsize=8.5)
+        ax.add_patch(FancyArrowPatch((0.79, 0.16), (0.88, 0.41), arrowstyle="-|>",
+                                     mutation_scale=12, color="#333333"))
+    return Path(path)

@@ -1,0 +1,153 @@
+"""``attnlab paper``: the model section of a paper from a backtest, an ablation and a
+sensitivity analysis, in English or Chinese, compiled to PDF when a TeX engine is installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnlab.cli.app import UsageError, app, console, positive, say, working
+
+ENGINES = {"en": "pdflatex", "zh": "xelatex"}
+
+
+def compile_tex(folder: Path, name: str, lang: str, timeout: float = 300) -> Path:
+    """Run the language's engine on ``folder/name``; returns the PDF, or raises ValueError with
+    the log's first error line."""
+    engine = ENGINES[lang]
+    if shutil.which(engine) is None:
+        raise FileNotFoundError(engine)
+    res = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", name],
+                         cwd=folder, capture_output=True, text=True, timeout=timeout)
+    pdf = folder / (Path(name).stem + ".pdf")
+    if res.returncode != 0 or not pdf.exists():
+        first = next((ln for ln in res.stdout.splitlines() if ln.startswith("!")), "no log line")
+        raise ValueError(f"{engine} failed on {name}: {first}")
+    for ext in (".aux", ".log"):
+        (folder / (Path(name).stem + ext)).unlink(missing_ok=True)
+    return pdf
+
+
+def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt, index,
+                name: str) -> list[str]:
+    """Figures, ``paper.tex`` and (where an engine exists, or when asked) ``paper.pdf`` in
+    the folder ``d``. Returns the files written."""
+    from attnlab._files import write_text_atomic
+    from attnlab.models.paper import paper_tex
+    from attnlab.plots.forecast import plot_architecture, plot_forecast_attention
+
+    d.mkdir(parents=True, exist_ok=True)
+    plot_architecture(model, d / "architecture.png")
+    files = ["architecture.png"]
+    inputs.figures = {"architecture": "architecture.png"}
+    if model.pool != "mean":
+        plot_forecast_attention(bt, d / "attention.png", index, name)
+        inputs.figures["attention"] = "attention.png"
+        files.append("attention.png")
+    write_text_atomic(d / "paper.tex", paper_tex(inputs, lang))
+    files.append("paper.tex")
+    if compile_pdf is False:
+        return files
+    try:
+        compile_tex(d, "paper.tex", lang)
+        files.append("paper.pdf")
+    except FileNotFoundError:
+        if compile_pdf:
+            raise ValueError(f"--compile needs {ENGINES[lang]} (TeX Live; for Chinese also "
+                             "ctex: Debian's texlive-xetex and texlive-lang-chinese)") from None
+    return files
+
+
+@app.command("paper")
+def paper_cmd(
+    example: Optional[str] = typer.Option(None, help="Bundled series: co2, sunspots, elnino "
+                                          "or unemployment."),
+    csv: Optional[Path] = typer.Option(None, help="CSV with the series instead of --example."),
+    target: Optional[str] = typer.Option(None, help="Column of --csv to forecast."),
+    time: Optional[str] = typer.Option(None, help="Date column of --csv."),
+    horizon: Optional[int] = typer.Option(None, help="Steps forecast at once."),
+    season: Optional[int] = typer.Option(None, help="Seasonal period."),
+    origins: Optional[int] = typer.Option(None, help="Backtest origins."),
+    lang: str = typer.Option("en", help="en (pdflatex) or zh (xelatex + ctex)."),
+    seeds: int = typer.Option(5, help="Seeds of the ablation and of the seed sensitivity."),
+    quick: bool = typer.Option(False, "--quick", help="Few epochs, 2 seeds, 2 values per "
+                               "setting: a draft in a minute, not numbers to report."),
+    compile_pdf: Optional[bool] = typer.Option(None, "--compile/--no-compile",
+                                               help="Compile to PDF (default: when the TeX "
+                                               "engine is installed)."),
+    out: Path = typer.Option(Path("out/paper"), help="Folder for paper.tex, its figures and "
+                             "the PDF."),
+):
+    """Write the model section of a paper (assumptions, symbols, formulation, architecture,
+    attention of typical cases, comparison, ablation, sensitivity) from measurements."""
+    from attnlab.cli import jobs, readers
+    from attnlab.models import datasets
+    from attnlab.models.ablation import ablation
+    from attnlab.models.backtest import rolling_origin
+    from attnlab.models.forecast import AttentionForecaster
+    from attnlab.models.paper import LANGS, PaperInputs
+    from attnlab.plots.forecast import time_label
+
+    if lang not in LANGS:
+        raise UsageError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
+    positive("--horizon", horizon)
+    positive("--season", season)
+    positive("--origins", origins)
+    positive("--seeds", seeds)
+    if compile_pdf and shutil.which(ENGINES[lang]) is None:
+        raise UsageError(f"--compile needs {ENGINES[lang]} on the PATH (TeX Live; for --lang zh "
+                         "also ctex: Debian's texlive-xetex and texlive-lang-chinese)")
+    try:
+        if example is not None:
+            if csv is not None:
+                raise UsageError("give either --csv or --example, not both")
+            ex = datasets.load_series(example)
+            y, name = ex.y, example
+            horizon, season = horizon or ex.horizon, season or ex.season
+            origins = origins or ex.n_origins
+        else:
+            if csv is None or target is None:
+                raise UsageError("give --example NAME, or --csv F --target COL")
+            y, _ = readers.series_from_csv(csv, target, time, None)
+            name = target
+            season = season or readers.season_of(y.index)
+            horizon, origins = horizon or (season or 12), origins or 10
+        epochs = 15 if quick else 300
+        n_seeds = min(seeds, 2) if quick else seeds
+        model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
+        values = y.to_numpy(dtype=float)
+        with working("backtest"):
+            bt = model.backtest(y, n_origins=origins)
+        with working(f"ablation over {n_seeds} seeds"):
+            ab = ablation(model, values, n_origins=origins, seeds=range(n_seeds), series=name,
+                          progress=None)
+        L = model.effective_lookback
+        grid = {"lookback": [max(2, L // 2), L] + ([] if quick else [L + L // 2]),
+                "hidden_size": [16, 32] + ([] if quick else [64]),
+                "seed": list(range(n_seeds))}
+        sens = {}
+        with working("sensitivity: lookback, hidden size, seed"):
+            for key, vals in grid.items():
+                rows = []
+                for v in vals:
+                    m = model.__class__(**{**model.get_params(), key: v})
+                    try:
+                        r = rolling_origin(m, values, None, n_origins=origins, baselines=())
+                        rows.append((v, r.metrics["attention"]["MASE"]))
+                    except ValueError as exc:           # a lookback the series cannot give
+                        say(f"sensitivity: {key}={v} skipped ({exc})")
+                sens[key] = rows
+        index = getattr(y, "index", None)
+        inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins],
+                             ablation=ab, sensitivity=sens)
+        with jobs.result_folder(out) as d:
+            files = write_paper(d, inputs, lang, compile_pdf, bt.model, bt, index, name)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"paper written to {out}/: {', '.join(files)}"
+                  + ("" if "paper.pdf" in files else
+                     f" (compile with: cd {out} && {ENGINES[lang]} paper.tex)"))
