@@ -384,7 +384,8 @@ class AttentionForecaster(BaseEstimator):
         L, H, d = self.effective_lookback, self.horizon, self.hidden_size
         n_in = getattr(self, "n_features_", 2 + (2 if self.effective_season > 1 else 0))
         if self.encoder == "transformer":
-            enc = (r"\mathbf{H}", r"\mathrm{Encoder}_{" + str(self.num_layers) + r"}\left("
+            enc = (r"\mathbf{H} = \left[\mathbf{h}_1; \ldots; \mathbf{h}_L\right]",
+                   r"\mathrm{Encoder}_{" + str(self.num_layers) + r"}\left("
                    r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
                    f"{L} \\times {d}}}")
         else:
@@ -431,6 +432,8 @@ class AttentionForecaster(BaseEstimator):
              "query and key projections"),
             (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "
              r"\in \mathbb{R}^{" + f"{H} \\times {d}" + "}", "output layer"),
+            (r"\mathbf{b}_q, \mathbf{b}_k, \mathbf{b}_1, \mathbf{b}_2", "bias vectors of the "
+             "query and key projections and of the output layer"),
         ]
         if ref == r"\hat{y}^{\mathrm{base}}_{L+h}":
             what = {"ets": "Holt-Winters ETS (additive damped trend"
@@ -449,6 +452,9 @@ class AttentionForecaster(BaseEstimator):
             where.append((r"\phi_t", f"\\(\\phi_t = 2\\pi (t \\bmod {m}) / {m}\\), the "
                           "phase within the season"))
         if self.encoder == "transformer":
+            where.append((r"\mathbf{X}, \mathbf{W}_{\mathrm{in}}", f"the {L} x {n_in} matrix "
+                          r"whose rows are the \(\mathbf{x}_t\), and the input projection to "
+                          f"size {d}"))
             where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "
                           f"Encoder: {self.num_layers} pre-LN layer(s), {self.nhead} heads"))
         return Equations(f"AttentionForecaster ({self.encoder} encoder)", lines, where)

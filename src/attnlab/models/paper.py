@@ -125,14 +125,19 @@ def _names(tex: str) -> set[str]:
 def undefined_symbols(eq: Equations, extra: list[tuple[str, str]] = ()) -> set[str]:
     """Symbols the equations use that neither an equation's left-hand side nor the symbol
     table (``eq.where`` and ``extra``) defines; index letters (t, h, tau, ...) are exempt."""
-    defined = set()
-    for lhs, _ in eq.lines:
+    defined, used = set(), set()
+    for lhs, rhs in eq.lines:
         defined |= _names(lhs)
+        # "a = ..., \quad b = ...": the later definitions on one line define b
+        for part in re.split(r"\\quad|,\s*\\;", rhs):
+            if "=" in part and not part.strip().startswith(("t =", "h =", "j =", "l =")):
+                left, right = part.split("=", 1)
+                defined |= _names(left)
+                used |= _names(right)
+            else:
+                used |= _names(part)
     for sym, _ in list(eq.where) + list(extra):
         defined |= _names(sym)
-    used = set()
-    for _, rhs in eq.lines:
-        used |= _names(rhs)
     return used - defined - INDICES
 
 
@@ -149,6 +154,8 @@ def _zh_meaning(model, sym: str, meaning: str) -> str:
         (r"s_\Delta", "训练窗口上，目标值相对基准预测之变化的标准差"),
         (r"\mathbf{W}_q", "查询与键的投影矩阵"),
         (r"\mathbf{W}_1", "输出层的权重矩阵"),
+        (r"\mathbf{b}_q", "查询、键投影及输出层的偏置向量"),
+        (r"\mathbf{X}", f"以 \\(\\mathbf{{x}}_t\\) 为行的 {L} 行矩阵及到隐藏维度的输入投影"),
         (r"\hat{y}^{\mathrm{base}}", f"{base}在训练序列上拟合后的 h 步预测（网络所修正的基准）"),
         (r"\mathbf{z}_t", f"第 t 步的 {getattr(model, 'n_exog_', 0)} 个外生变量"
                           "（按训练均值与标准差标准化）"),

@@ -214,8 +214,10 @@ class ReversalSeq2Seq:
              + "}"),
         ]
         return Equations("Reversal seq2seq with additive attention", lines,
-                         [(r"E \in \mathbb{R}^{" + f"{len(VOCAB)} \\times {E}" + "}",
-                           "token embeddings (10 digits, padding, start, end)")])
+                         [(r"E \in \mathbb{R}^{" + f"{E} \\times {len(VOCAB)}" + "}",
+                           f"token embeddings: column v is the {E}-dimensional embedding of "
+                           f"token v (10 digits, padding, start, end), so E x_j embeds the "
+                           "one-hot token x_j")])
 
     def to_latex(self) -> str:
         return self.equations().to_latex()

@@ -209,9 +209,10 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
                           r"\mathbb{R}^{" + str(d) + r"}, \quad \tilde{x}_j = \Phi^{-1}"
                           r"\left(\hat{F}_j(x_j)\right), \quad j = 1, \ldots, " + str(n_num)))
         if n_cat:
+            span = (r"j = " + str(n_num + 1) if n_cat == 1 else
+                    r"j = " + str(n_num + 1) + r", \ldots, " + str(n_num + n_cat))
             lines.append((r"\mathbf{t}_j", r"\mathbf{E}_j[c_j] + \mathbf{b}_j \in \mathbb{R}^{"
-                          + str(d) + r"}, \quad j = " + str(n_num + 1) + r", \ldots, "
-                          + str(n_num + n_cat)))
+                          + str(d) + r"}, \quad " + span))
         dk = d // h
         lines += [
             (r"\mathbf{T}^{(0)}", r"\left[\mathbf{t}_1; \ldots; \mathbf{t}_{" + str(T - 1)
@@ -228,8 +229,8 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
              r"\mathbf{U}^{(l)})\right), \quad l = 1, \ldots, " + str(L)),
             (r"\hat{\mathbf{y}}", self._output_equation(n_out)),
         ]
-        where = [(r"\mathrm{FFN}(\mathbf{u})", f"W_2 GELU(W_1 u + b_1) + b_2 with hidden size "
-                  f"{2 * d}"),
+        where = [(r"\mathrm{FFN}(\mathbf{u})", r"\(\mathbf{W}_2\,\mathrm{GELU}(\mathbf{W}_1 "
+                  r"\mathbf{u} + \mathbf{b}_1) + \mathbf{b}_2\), hidden size " + f"{2 * d}"),
                  (r"\hat{F}_j, \Phi", "the empirical CDF of feature j on the training data "
                   "and the standard normal CDF (quantile transform)"),
                  (r"\mathbf{t}_{\mathrm{CLS}}", "a learned token whose final state is read "
