@@ -221,6 +221,14 @@ def _sentences_cases(inp: PaperInputs, lang: str) -> list[str]:
                 "没有注意力可展示。"]
     out = []
     mean = att.mean(0)
+    lo, hi = float(att.min()), float(att.max())
+    if hi - lo < 0.2 / L:                                # within 20% of uniform everywhere
+        if lang == "en":
+            return [f"The weights are close to uniform at every origin (between {lo:.4f} and "
+                    f"{hi:.4f}, against 1/L = {1 / L:.4f}): the attention singles out no lag "
+                    "here."]
+        return [f"各起点的权重都接近均匀（介于 {lo:.4f} 与 {hi:.4f} 之间，1/L = {1 / L:.4f}）："
+                "此处注意力没有突出任何滞后。"]
     top = np.argsort(mean)[::-1][:3]
     lags = ", ".join(str(L - int(j)) for j in top)
     share = float(mean[top].sum())
