@@ -141,7 +141,7 @@ def timings(sizes: list[int], reps: int, heads: int, dim: int) -> list[dict]:
                         rec[f"{what} / flash"] = rec[what] / base[what]
                 rows.append(rec)
                 print(json.dumps(rec), flush=True)
-            del q, k, v, do
+            q = k = v = do = None          # free the inputs before the next length
             torch.cuda.empty_cache()
     return rows
 

@@ -6,6 +6,8 @@ and its equations into one folder. Every file is written atomically.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -41,18 +43,68 @@ def result_folder(out: Path):
         (tmp / MARKER).write_text("written by attnlab; the folder is replaced by the next run\n")
         yield tmp
 
-# ---- forecasting ----------------------------------------------------------------------------
+# ---- the paper section ---------------------------------------------------------------------
+
+ENGINES = {"en": "pdflatex", "zh": "xelatex"}
+
+
+def compile_tex(folder: Path, name: str, lang: str, timeout: float = 300) -> Path:
+    """Run the language's engine on ``folder/name``; returns the PDF, or raises ValueError with
+    the log's first error line."""
+    engine = ENGINES[lang]
+    if shutil.which(engine) is None:
+        raise FileNotFoundError(engine)
+    res = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", name],
+                         cwd=folder, capture_output=True, text=True, timeout=timeout)
+    pdf = folder / (Path(name).stem + ".pdf")
+    if res.returncode != 0 or not pdf.exists():
+        first = next((ln for ln in res.stdout.splitlines() if ln.startswith("!")), "no log line")
+        raise ValueError(f"{engine} failed on {name}: {first}")
+    for ext in (".aux", ".log"):
+        (folder / (Path(name).stem + ext)).unlink(missing_ok=True)
+    return pdf
+
+def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt, index,
+                name: str) -> list[str]:
+    """Figures, ``paper.tex`` and (where an engine exists, or when asked) ``paper.pdf`` in
+    the folder ``d``. Returns the files written."""
+    from attnlab._files import write_text_atomic
+    from attnlab.models.paper import paper_tex
+    from attnlab.plots.forecast import plot_architecture, plot_forecast_attention
+
+    d.mkdir(parents=True, exist_ok=True)
+    plot_architecture(model, d / "architecture.png")
+    files = ["architecture.png"]
+    inputs.figures = {"architecture": "architecture.png"}
+    if model.pool != "mean":
+        plot_forecast_attention(bt, d / "attention.png", index, name)
+        inputs.figures["attention"] = "attention.png"
+        files.append("attention.png")
+    write_text_atomic(d / "paper.tex", paper_tex(inputs, lang))
+    files.append("paper.tex")
+    if compile_pdf is False:
+        return files
+    try:
+        compile_tex(d, "paper.tex", lang)
+        files.append("paper.pdf")
+    except FileNotFoundError:
+        if compile_pdf:
+            raise ValueError(f"--compile needs {ENGINES[lang]} (TeX Live; for Chinese also "
+                             "ctex: Debian's texlive-xetex and texlive-lang-chinese)") from None
+    return files
+
 
 def _paper_folder(d: Path, bt, index, name: str) -> None:
     """The paper section of a fit (``attnlab paper`` adds the ablation and sensitivity):
     paper.tex and its figures (not compiled: `attnlab paper` compiles)."""
-    from attnlab.cli.paper import write_paper
     from attnlab.models.paper import PaperInputs
     from attnlab.plots.forecast import time_label
 
     inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins])
     write_paper(d, inputs, "en", False, bt.model, bt, index, name)
 
+
+# ---- forecasting ----------------------------------------------------------------------------
 
 def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int | None = None,
                  n_origins: int = 10, name: str = "series", say: Say = _quiet,

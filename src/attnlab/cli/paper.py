@@ -4,63 +4,13 @@ sensitivity analysis, in English or Chinese, compiled to PDF when a TeX engine i
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from attnlab.cli.app import UsageError, app, console, positive, say, working
-
-ENGINES = {"en": "pdflatex", "zh": "xelatex"}
-
-
-def compile_tex(folder: Path, name: str, lang: str, timeout: float = 300) -> Path:
-    """Run the language's engine on ``folder/name``; returns the PDF, or raises ValueError with
-    the log's first error line."""
-    engine = ENGINES[lang]
-    if shutil.which(engine) is None:
-        raise FileNotFoundError(engine)
-    res = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", name],
-                         cwd=folder, capture_output=True, text=True, timeout=timeout)
-    pdf = folder / (Path(name).stem + ".pdf")
-    if res.returncode != 0 or not pdf.exists():
-        first = next((ln for ln in res.stdout.splitlines() if ln.startswith("!")), "no log line")
-        raise ValueError(f"{engine} failed on {name}: {first}")
-    for ext in (".aux", ".log"):
-        (folder / (Path(name).stem + ext)).unlink(missing_ok=True)
-    return pdf
-
-
-def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt, index,
-                name: str) -> list[str]:
-    """Figures, ``paper.tex`` and (where an engine exists, or when asked) ``paper.pdf`` in
-    the folder ``d``. Returns the files written."""
-    from attnlab._files import write_text_atomic
-    from attnlab.models.paper import paper_tex
-    from attnlab.plots.forecast import plot_architecture, plot_forecast_attention
-
-    d.mkdir(parents=True, exist_ok=True)
-    plot_architecture(model, d / "architecture.png")
-    files = ["architecture.png"]
-    inputs.figures = {"architecture": "architecture.png"}
-    if model.pool != "mean":
-        plot_forecast_attention(bt, d / "attention.png", index, name)
-        inputs.figures["attention"] = "attention.png"
-        files.append("attention.png")
-    write_text_atomic(d / "paper.tex", paper_tex(inputs, lang))
-    files.append("paper.tex")
-    if compile_pdf is False:
-        return files
-    try:
-        compile_tex(d, "paper.tex", lang)
-        files.append("paper.pdf")
-    except FileNotFoundError:
-        if compile_pdf:
-            raise ValueError(f"--compile needs {ENGINES[lang]} (TeX Live; for Chinese also "
-                             "ctex: Debian's texlive-xetex and texlive-lang-chinese)") from None
-    return files
-
+from attnlab.cli.jobs import ENGINES, write_paper
 
 @app.command("paper")
 def paper_cmd(

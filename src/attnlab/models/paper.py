@@ -300,7 +300,7 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
             "基准的贡献。")
     # assumptions
     doc.append(f"\\subsection*{{{t['assumptions']}}}")
-    items_en = [f"The series is observed at regular steps with no missing values (the reader "
+    items_en = ["The series is observed at regular steps with no missing values (the reader "
                 "refuses gaps instead of filling them).",
                 f"The base, {bname}, captures the level" + (" and the season" if
                                                             m.effective_season > 1 else "")

@@ -60,7 +60,7 @@ def launch_grid_figure(paths: str | Path | list, *, n: int = 256, block: int = 3
     with figure(paths, figsize=(12.6, 4.6), layout=None) as fig:
         axes = fig.subplots(1, 3)
         _tiles(axes[0], kinds, lambda r, c: r,
-               f"forward and dQ: grid (N_q / BLOCK_M, B·H)\none program per query block "
+               "forward and dQ: grid (N_q / BLOCK_M, B·H)\none program per query block "
                "walks its row", nb, nb, (block, block),
                f"{visited} of {nb * nb} tiles visited")
         _tiles(axes[1], kinds, lambda r, c: c,
