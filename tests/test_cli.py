@@ -101,6 +101,15 @@ def test_version_window_none_and_subcommand_help(capsys):
     assert "forecast" in out and "tabular" in out and "explain" not in out
 
 
+def sigint_default():
+    """In the child: SIGINT back to its default. A job started in the background by a
+    non-interactive shell (as a CI runner may start the suite) inherits SIGINT ignored, and
+    Python then never turns it into KeyboardInterrupt; a terminal's Ctrl-C is what is tested."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130_with_one_line():
     import signal
     import time
@@ -109,7 +118,7 @@ def test_ctrl_c_exits_130_with_one_line():
 
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "demo", "seq2seq", "--out",
                              os.devnull + "-not-written"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     # Off a terminal the command says what it starts before it starts: interrupt once it said
     # so (past the imports, into training), however slow the machine is today.
     sel = selectors.DefaultSelector()

@@ -11,6 +11,7 @@ import time
 import torch
 
 from attnlab.cli import main
+from tests.test_cli import sigint_default
 
 FIT = ["fit", "tabular", "--example", "wine", "--folds", "2", "--max-epochs", "3"]
 
@@ -27,7 +28,8 @@ def test_an_interrupted_run_leaves_the_older_run_whole(tmp_path):
     assert (out / ".attnlab-run").is_file() and (out / "model").is_dir()
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", *FIT, "--seed", "1",
                              "--max-epochs", "200", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     deadline = time.monotonic() + 120
     seen = ""
     try:
