@@ -128,3 +128,24 @@ def test_table_and_graph_fits_write_a_paper_section_that_compiles(tmp_path):
                                   "paper.tex"], cwd=tmp_path / sub / "paper",
                                  capture_output=True, text=True, timeout=300)
             assert res.returncode == 0, res.stdout[-1500:]
+
+
+def test_every_estimators_equations_define_their_symbols():
+    import pandas as pd
+
+    from attnlab.models import FeatureAttentionRegressor, GATClassifier
+    from attnlab.models.graph_data import karate
+    from attnlab.models.seq2seq import ReversalSeq2Seq
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=60), "kind": pd.Categorical(rng.choice(["u", "v"],
+                                                                                   60))})
+    reg = FeatureAttentionRegressor(d_token=8, nhead=2, max_epochs=2).fit(X, X["a"] * 2)
+    g = karate()
+    mask = np.zeros(g.num_nodes, dtype=bool)
+    mask[[0, 33]] = True
+    gat = GATClassifier(max_epochs=2).fit(g, mask)
+    for est in (reg, gat, ReversalSeq2Seq()):
+        assert undefined_symbols(est.equations()) == set(), type(est).__name__
+    tex = reg.to_latex()                                           # one categorical column
+    assert r"\quad j = 2" in tex and r"j = 2, \ldots, 2" not in tex

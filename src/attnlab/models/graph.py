@@ -189,7 +189,12 @@ class GATClassifier(BaseEstimator):
         where = [(r"\beta_{ij}", "the second layer's attention, computed like alpha with one "
                   "head on h"),
                  (r"\Vert", f"concatenation over the {K} heads"),
-                 (r"p", f"dropout {self.dropout} on features and attention coefficients")]
+                 (r"p", f"dropout {self.dropout} on features and attention coefficients"),
+                 (r"\mathbf{x}_j", "the input features of node j"),
+                 (r"\mathcal{N}(i)", "the neighbours of node i in the graph"),
+                 (r"\mathbf{a}^{(k)}_{\mathrm{src}}, \mathbf{a}^{(k)}_{\mathrm{dst}}",
+                  "the attention vectors of head k for the source and the destination node"),
+                 (r"\mathbf{b}^{(k)}, \mathbf{b}'", "bias vectors")]
         return Equations(f"GATClassifier ({K} heads x {H}, 2 layers)", lines, where)
 
     def to_latex(self) -> str:

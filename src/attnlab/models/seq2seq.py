@@ -217,7 +217,11 @@ class ReversalSeq2Seq:
                          [(r"E \in \mathbb{R}^{" + f"{E} \\times {len(VOCAB)}" + "}",
                            f"token embeddings: column v is the {E}-dimensional embedding of "
                            f"token v (10 digits, padding, start, end), so E x_j embeds the "
-                           "one-hot token x_j")])
+                           "one-hot token x_j"),
+                          (r"\mathbf{v}, \mathbf{b}", "the scoring vector and bias of the "
+                           "additive attention (Bahdanau et al. 2015)"),
+                          (r"\mathbf{W}_o, \mathbf{b}_o", "the output layer over the "
+                           f"{len(VOCAB)} tokens")])
 
     def to_latex(self) -> str:
         return self.equations().to_latex()

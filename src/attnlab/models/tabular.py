@@ -234,7 +234,15 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
                  (r"\hat{F}_j, \Phi", "the empirical CDF of feature j on the training data "
                   "and the standard normal CDF (quantile transform)"),
                  (r"\mathbf{t}_{\mathrm{CLS}}", "a learned token whose final state is read "
-                  "out")]
+                  "out"),
+                 (r"x_j, c_j", "the value of numeric feature j, the level of categorical "
+                  "feature j"),
+                 (r"\mathbf{w}_j, \mathbf{b}_j, \mathbf{E}_j", "the tokenizer's weight and bias "
+                  "vectors of feature j, and the embedding table of a categorical feature"),
+                 (r"\mathbf{W}^Q_i, \mathbf{W}^K_i, \mathbf{W}^V_i, \mathbf{W}^O",
+                  f"the query, key and value projections of head i (of {h}) and the output "
+                  "projection; LN is layer normalization"),
+                 *self._output_symbols()]
         names = ", ".join(f"{j + 1}: {c}" for j, c in enumerate(self.token_names_))
         where.append((r"j", f"features ({names})"))
         return Equations(f"{type(self).__name__} (FT-Transformer, {L} blocks, {h} heads, "
@@ -343,6 +351,9 @@ class FeatureAttentionClassifier(ClassifierMixin, _FeatureAttentionBase):
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(axis=1)]
 
+    def _output_symbols(self) -> list[tuple[str, str]]:
+        return [(r"\mathbf{W}_o, \mathbf{b}_o", "the output layer over the classes")]
+
     def _output_equation(self, n_out: int) -> str:
         return (r"\mathrm{softmax}\left(\mathbf{W}_o \, \mathrm{ReLU}\left(\mathrm{LN}("
                 r"\mathbf{T}^{(L)}_{\mathrm{CLS}})\right) + \mathbf{b}_o\right) \in "
@@ -387,6 +398,10 @@ class FeatureAttentionRegressor(RegressorMixin, _FeatureAttentionBase):
 
     def predict(self, X) -> np.ndarray:
         return self._raw(X)[:, 0].numpy() * self.y_std_ + self.y_mean_
+
+    def _output_symbols(self) -> list[tuple[str, str]]:
+        return [(r"\mu_y, \sigma_y", "mean and standard deviation of the training target"),
+                (r"\mathbf{w}_o, b_o", "the output layer")]
 
     def _output_equation(self, n_out: int) -> str:
         return (r"\mu_y + \sigma_y \left(\mathbf{w}_o^\top \, \mathrm{ReLU}\left(\mathrm{LN}("
