@@ -18,6 +18,7 @@ exponential-smoothing model for level and season, a recurrent network for what t
 from __future__ import annotations
 
 import warnings
+from abc import ABC, abstractmethod
 
 import numpy as np
 
@@ -25,7 +26,7 @@ BASES = ("seasonal_naive", "naive", "ets", "ar", "none", "auto")
 CANDIDATES = ("seasonal_naive", "ets", "ar")
 
 
-class Base:
+class Base(ABC):
     """A fitted base. ``forecasts(y, ends, horizon, state)`` -> ``(len(ends), horizon)``: the
     forecast made after observing ``y[:e]`` for each ``e`` in ``ends``; ``state`` is the
     filter's state just before ``y[0]`` (None: the fitted initial state)."""
@@ -33,8 +34,9 @@ class Base:
     name = "base"
     history = 1                                  # observations a forecast needs at least
 
+    @abstractmethod
     def forecasts(self, y, ends, horizon, state=None) -> np.ndarray:
-        raise NotImplementedError
+        """``(len(ends), horizon)`` forecasts."""
 
     def state_before(self, y, t: int):
         """The filter state just before ``y[t]`` (None for bases without one)."""
