@@ -87,7 +87,29 @@ def _as_exog(X, n: int, name: str = "X") -> np.ndarray | None:
     return arr
 
 
-class AttentionForecaster(BaseEstimator):
+class WindowSettings:
+    """What the window forecasters share: the season in use, the lookback and the shortest
+    series they fit (``_history`` + horizon + 10 training windows)."""
+
+    @property
+    def effective_season(self) -> int:
+        """The seasonal period in use: ``season``, or 1 without one."""
+        return int(self.season) if self.season else 1
+
+    @property
+    def effective_lookback(self) -> int:
+        """The past steps the model reads: ``lookback``, or its default (3 seasons, or 24)."""
+        if self.lookback is not None:
+            return int(self.lookback)
+        return 3 * self.effective_season if self.effective_season > 1 else 24
+
+    @property
+    def min_length(self) -> int:
+        """The shortest series :meth:`fit` accepts: the history plus horizon plus 10 windows."""
+        return self._history + self.horizon + 10
+
+
+class AttentionForecaster(WindowSettings, BaseEstimator):
     """Multi-step forecaster with attention over past time steps.
 
     Args:
@@ -148,18 +170,6 @@ class AttentionForecaster(BaseEstimator):
 
     # ---- configuration ------------------------------------------------------------------
 
-    @property
-    def effective_season(self) -> int:
-        """The seasonal period in use: ``season``, or 1 without one."""
-        return int(self.season) if self.season else 1
-
-    @property
-    def effective_lookback(self) -> int:
-        """The past steps the model reads: ``lookback``, or its default (3 seasons, or 24)."""
-        if self.lookback is not None:
-            return int(self.lookback)
-        return 3 * self.effective_season if self.effective_season > 1 else 24
-
     def _check_params(self) -> None:
         check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
                      optional_ints=("lookback", "season"), fractions=("val_fraction", "dropout"))
@@ -218,11 +228,6 @@ class AttentionForecaster(BaseEstimator):
         own = getattr(self, "base_", None)
         return max(self.effective_lookback, self.effective_season,
                    own.history if own is not None else 1)
-
-    @property
-    def min_length(self) -> int:
-        """The shortest series :meth:`fit` accepts: the history plus horizon plus 10 windows."""
-        return self._history + self.horizon + 10
 
     # ---- fit / predict ------------------------------------------------------------------
 

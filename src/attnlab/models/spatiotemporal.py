@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.core.api import attention
+from attnlab.models.forecast import WindowSettings
 from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
 
 
@@ -58,7 +59,7 @@ class _SpatioTemporalNet(nn.Module):
         return out, tp.weights[:, :, 0], sp.weights
 
 
-class SpatioTemporalForecaster(BaseEstimator):
+class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
     """Forecast P series together with temporal and spatial attention (module docstring).
 
     Args:
@@ -93,22 +94,8 @@ class SpatioTemporalForecaster(BaseEstimator):
         self.verbose = verbose
 
     @property
-    def effective_season(self) -> int:
-        return int(self.season) if self.season else 1
-
-    @property
-    def effective_lookback(self) -> int:
-        if self.lookback is not None:
-            return int(self.lookback)
-        return 3 * self.effective_season if self.effective_season > 1 else 24
-
-    @property
     def _history(self) -> int:
         return max(self.effective_lookback, self.effective_season)
-
-    @property
-    def min_length(self) -> int:
-        return self._history + self.horizon + 10
 
     # ---- input ---------------------------------------------------------------------------
 

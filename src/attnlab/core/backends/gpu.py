@@ -125,6 +125,15 @@ def _common(q, k, v, spec):
                 UPCAST=q.dtype == torch.bfloat16 and _interpreted())
 
 
+def _backward_inputs(q, k, v, out, lse, d_out, d_lse):
+    """What both backward launches read: dO contiguous, ``D = dO . O - dlse`` and lse with
+    +inf on empty rows (the core's :func:`backward_terms`), and the gradient buffers."""
+    d_out = d_out.contiguous()
+    delta, lse_b = backward_terms(d_out.float(), out.float(), d_lse, lse)
+    return d_out, delta.contiguous(), lse_b.contiguous(), (
+        torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+
+
 def _strides(*ts):
     return [s for t in ts for s in (t.stride(0), t.stride(1))]
 
@@ -153,10 +162,7 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         spec, geo, band = ctx.spec, ctx.geo, ctx.band
         kern = _kernels()
-        d_out = d_out.contiguous()
-        delta, lse_b = backward_terms(d_out.float(), out.float(), d_lse, lse)
-        delta, lse_b = delta.contiguous(), lse_b.contiguous()
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        d_out, delta, lse_b, (dq, dk, dv) = _backward_inputs(q, k, v, out, lse, d_out, d_lse)
         args = dict(**_common(q, k, v, spec), **band, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
         kern.flash_bwd_dkdv[(triton_cdiv(spec.n_k, BLOCK_N), k.shape[0])](
             q, k, v, d_out, lse_b, delta, dk, dv, geo.q_len, geo.kv_len, geo.off,
@@ -278,10 +284,7 @@ class _SparseAttention(torch.autograd.Function):
         spec, lay = ctx.spec, ctx.lay
         kern = _kernels()
         t = tiles_of(lay)
-        d_out = d_out.contiguous()
-        delta, lse_b = backward_terms(d_out.float(), out.float(), d_lse, lse)
-        delta, lse_b = delta.contiguous(), lse_b.contiguous()
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        d_out, delta, lse_b, (dq, dk, dv) = _backward_inputs(q, k, v, out, lse, d_out, d_lse)
         args = dict(**_common(q, k, v, spec), BLOCK_M=lay.block_q, BLOCK_N=lay.block_k)
         kern.sparse_bwd_dkdv[(t.n_kb, k.shape[0])](
             q, k, v, d_out, lse_b, delta, dk, dv, t.col_ptr, t.col_tiles, t.tile_qb,
