@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, list_backends
+from attnlab.core.spec import broadcast_shapes
 
 EXACT = ["reference", "sdpa", "tiled", "blocksparse"]
 B, H, D = 2, 3, 8
@@ -159,3 +160,15 @@ def test_any_broadcast_pattern_any_tiling(req):
         _assert_matches(q, k, v, backend, **kw)
     finally:
         tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K = old
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), max_size=4), min_size=1, max_size=3))
+def test_broadcast_shapes_agrees_with_torch(shapes):
+    try:
+        expected = tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            broadcast_shapes(*shapes)
+        return
+    assert broadcast_shapes(*shapes) == expected

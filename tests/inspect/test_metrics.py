@@ -83,6 +83,15 @@ def test_js_distance_properties_and_layer_summary():
     assert xy.shape == (4, 2)
 
 
+def test_embed_2d_recovers_planar_distances_and_is_deterministic():
+    points = torch.randn(9, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d = torch.cdist(points, points)
+    xy = embed_2d(d)
+    assert torch.allclose(torch.cdist(xy, xy), d, atol=1e-10)     # exact for planar distances
+    assert torch.equal(xy, embed_2d(d.clone()))
+    assert embed_2d(torch.zeros(1, 1)).shape == (1, 2)
+
+
 def test_rollout_hand_computed_two_layers():
     a1 = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)   # both attend to token 0
     a2 = torch.tensor([[0.0, 1.0], [0.0, 1.0]], dtype=torch.float64)   # both attend to token 1

@@ -11,7 +11,8 @@ import torch
 from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
 from attnlab.core.registry import get_backend, select_backend
 from attnlab.core.softmax import merge_partials
-from attnlab.core.spec import AttentionOutput, build_spec, describe, spec_from_shapes
+from attnlab.core.spec import (AttentionOutput, broadcast_shapes, build_spec, describe,
+                              spec_from_shapes)
 from attnlab.core.weigh import weigh_values
 
 # A function that takes over attention() calls while set (attnlab.distributed.sequence_parallel
@@ -229,7 +230,7 @@ def _validate_scores(scores, v) -> tuple[int, ...]:
                          f"(dim -2), got scores {tuple(scores.shape)} and v {tuple(v.shape)}; "
                          "pair every key with a value")
     try:
-        return tuple(torch.broadcast_shapes(scores.shape[:-2], v.shape[:-2]))
+        return tuple(broadcast_shapes(scores.shape[:-2], v.shape[:-2]))
     except RuntimeError:
         raise ValueError(f"leading dims of scores {tuple(scores.shape[:-2])} and v "
                          f"{tuple(v.shape[:-2])} do not broadcast; give them the same (B, H) "
@@ -256,7 +257,7 @@ def _validate_sinks(sinks, spec) -> torch.Tensor | None:
         raise TypeError(f"sinks must be a float tensor of one logit per head, shape (H,) or "
                         f"broadcastable to {spec.batch_shape}, got {describe(sinks)}")
     try:
-        ok = tuple(torch.broadcast_shapes(sinks.shape, spec.batch_shape)) == spec.batch_shape
+        ok = tuple(broadcast_shapes(sinks.shape, spec.batch_shape)) == spec.batch_shape
     except RuntimeError:
         ok = False
     if not ok:

@@ -198,6 +198,21 @@ def describe(x: Any) -> str:
     return f"{type(x).__name__} {x!r}"
 
 
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """``torch.broadcast_shapes`` for plain sizes, raising its ``RuntimeError`` on a mismatch.
+
+    torch's own imports its symbolic-shape machinery (about 1 s) the first time it runs, which
+    every command would pay on its first attention call."""
+    width = max((len(shape) for shape in shapes), default=0)
+    out = []
+    for dims in zip(*((1,) * (width - len(shape)) + tuple(shape) for shape in shapes)):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            raise RuntimeError(f"shapes {[tuple(shape) for shape in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 def _validate_qkv(q: Any, k: Any, v: Any,
                   enable_gqa: bool = False) -> tuple[tuple[int, ...], int]:
     """Check q, k, v; returns the broadcast batch shape (of q) and the K/V group size."""
@@ -226,7 +241,7 @@ def _validate_qkv(q: Any, k: Any, v: Any,
     if enable_gqa:
         return _validate_groups(q, k, v)
     try:
-        return tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])), 1
+        return tuple(broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])), 1
     except RuntimeError:
         hint = (" (fewer K/V heads than query heads: pass enable_gqa=True)"
                 if q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] > 1 and q.shape[-3] > k.shape[-3]
@@ -247,7 +262,7 @@ def _validate_groups(q, k, v) -> tuple[tuple[int, ...], int]:
                          f"q's H_q, got H_q={h_q}, H_k={h_k}, H_v={h_v}; query head h uses K/V "
                          f"head h // (H_q / H_kv)")
     try:
-        lead = tuple(torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
+        lead = tuple(broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
     except RuntimeError:
         raise ValueError(f"leading dims before the heads of q {tuple(q.shape[:-3])}, k "
                          f"{tuple(k.shape[:-3])} and v {tuple(v.shape[:-3])} do not broadcast"
@@ -274,7 +289,7 @@ def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
                         "attnlab.core.masks.to_additive(mask.bool())")
     target = (*batch_shape, n_q, n_k)
     try:
-        ok = tuple(torch.broadcast_shapes(mask.shape, target)) == target
+        ok = tuple(broadcast_shapes(mask.shape, target)) == target
     except RuntimeError:
         ok = False
     if not ok:

@@ -24,6 +24,7 @@ If nothing was captured the context raises, rather than returning empty results.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 
 import torch
@@ -231,11 +232,11 @@ def _register_hf() -> bool:
 
 
 def _is_hf(model: nn.Module) -> bool:
-    try:
-        from transformers import PreTrainedModel
-    except ImportError:
-        return False
-    return isinstance(model, PreTrainedModel)
+    # A Hugging Face model exists only once transformers' modeling code is imported; asking
+    # for PreTrainedModel otherwise would import it (5 s) to learn that attnlab's own BERT is
+    # not one.
+    modeling = sys.modules.get("transformers.modeling_utils")
+    return modeling is not None and isinstance(model, modeling.PreTrainedModel)
 
 
 @contextmanager

@@ -179,10 +179,20 @@ def layer_distance_summary(dist: torch.Tensor, heads: int) -> dict[str, float]:
     return {"same_layer": float(dist[same].mean()), "cross_layer": float(dist[cross].mean())}
 
 
-def embed_2d(dist: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """Metric MDS of the head distances into the plane, ``(L*H, 2)`` (scikit-learn)."""
-    from sklearn.manifold import MDS
+def embed_2d(dist: torch.Tensor) -> torch.Tensor:
+    """Classical (Torgerson) MDS of the head distances into the plane, ``(L*H, 2)``.
 
-    mds = MDS(n_components=2, metric="precomputed", metric_mds=True, init="random",
-              random_state=seed, n_init=4)
-    return torch.as_tensor(mds.fit_transform(dist.numpy()))
+    The two leading eigenvectors of the double-centred squared distances
+    ``B = -J D² J / 2`` (``J = I - 11ᵀ/n``), scaled by the square roots of their eigenvalues:
+    the exact placement when the distances are Euclidean in two dimensions, the best rank-2
+    fit of ``B`` otherwise. Deterministic (each axis signed so that its largest coordinate is
+    positive), no random start and no iterations."""
+    d = dist.double()
+    n = d.shape[0]
+    j = torch.eye(n, dtype=torch.float64) - 1.0 / n
+    b = -0.5 * j @ (d * d) @ j
+    vals, vecs = torch.linalg.eigh((b + b.T) / 2)                   # ascending
+    vals, vecs = vals.flip(0)[:2].clamp_min(0), vecs.flip(1)[:, :2]
+    sign = torch.sign(vecs.gather(0, vecs.abs().argmax(0, keepdim=True)))
+    xy = vecs * sign.where(sign != 0, 1.0) * vals.sqrt()
+    return torch.nn.functional.pad(xy, (0, 2 - xy.shape[1]))         # one head: (1, 2)

@@ -222,7 +222,7 @@ weight. Hover a token to see what it attends to (left) or what attends to it (ri
 <h3>Counts</h3><table>{count_rows}</table><h3>Flags</h3>{flag_html}
 <p>Jensen-Shannon distance between heads: same layer {summary['same_layer']:.3f},
 different layers {summary['cross_layer']:.3f}.</p>
-<h3>Heads by Jensen-Shannon distance (metric MDS; label layer.head)</h3>
+<h3>Heads by Jensen-Shannon distance (classical MDS; label layer.head)</h3>
 <canvas id="mds" width="760" height="420"></canvas><div id="legend"></div></section>
 {table}
 <section id="metrics"><h2>Metric grids</h2><div id="metric-grids"></div></section>

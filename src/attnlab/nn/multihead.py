@@ -20,6 +20,8 @@ bias there), where torch returns NaN.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -111,15 +113,16 @@ def _pad_masks(attn_mask, key_padding_mask):
 def _causal_bias(attn_mask, is_causal: bool, n_q: int, n_k: int):
     """``torch.nn.attention.bias.CausalBias`` as a mask: lower-right is attnlab's own causal
     (bottom-right aligned); upper-left (SDPA's is_causal) becomes a bool mask, True = masked."""
-    from torch.nn.attention.bias import CausalBias, CausalVariant
-
-    if not isinstance(attn_mask, CausalBias):
+    # A CausalBias exists only once its module is imported; importing it to ask would pull in
+    # torch._dynamo (4 s) on every first forward pass.
+    bias = sys.modules.get("torch.nn.attention.bias")
+    if attn_mask is None or bias is None or not isinstance(attn_mask, bias.CausalBias):
         return attn_mask, is_causal
     if (attn_mask.seq_len_q, attn_mask.seq_len_kv) != (n_q, n_k):
         raise ValueError(f"attn_mask is a CausalBias for ({attn_mask.seq_len_q}, "
                          f"{attn_mask.seq_len_kv}) but the inputs give (N_q, N_k) = "
                          f"({n_q}, {n_k}); build it with causal_lower_right({n_q}, {n_k})")
-    if attn_mask.variant == CausalVariant.LOWER_RIGHT:
+    if attn_mask.variant == bias.CausalVariant.LOWER_RIGHT:
         return None, True
     keep = torch.ones(n_q, n_k, dtype=torch.bool).tril()               # upper left: j <= i
     return ~keep, is_causal

@@ -69,7 +69,7 @@ def rollout_figure(r: torch.Tensor, tokens: list[str], out_dir: Path, name: str 
 
 
 def embedding_figure(xy: torch.Tensor, labels: list[list[str]], out_dir: Path) -> list[Path]:
-    """Heads placed by metric MDS of their JS distances, coloured by taxonomy label."""
+    """Heads placed by classical MDS of their JS distances, coloured by taxonomy label."""
     n_heads = len(labels[0])
     flat = [lab for row in labels for lab in row]
     paths = _both(out_dir / "head_embedding")
@@ -84,7 +84,7 @@ def embedding_figure(xy: torch.Tensor, labels: list[list[str]], out_dir: Path) -
         for i, (x, y) in enumerate(pts):
             ax.annotate(f"{i // n_heads}.{i % n_heads}", (x, y), fontsize=6, alpha=0.7,
                         xytext=(2, 2), textcoords="offset points")
-        ax.set_title("heads by Jensen-Shannon distance (metric MDS); label: layer.head")
+        ax.set_title("heads by Jensen-Shannon distance (classical MDS); label: layer.head")
         ax.set_xticks([])
         ax.set_yticks([])
         ax.legend(fontsize=8, loc="best")
