@@ -129,20 +129,45 @@ def _networkx_flow(maps, residual):
     return out / out.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
+@pytest.mark.parametrize("solver", ["numba", "scipy"])
 @pytest.mark.parametrize("residual", [0.5, 0.0])
-def test_flow_equals_exact_max_flow_within_the_integer_scaling(residual):
+def test_flow_equals_exact_max_flow_within_the_integer_scaling(residual, solver):
     g = torch.Generator().manual_seed(0)
     maps = torch.softmax(3 * torch.randn(3, 4, 9, 9, generator=g, dtype=torch.float64), -1)
     if residual == 0.0:
         maps[:, :, :, 4] = 0.0          # no query attends to key 4: it has no way in or out
         maps = maps / maps.sum(-1, keepdim=True)
-    got, want = flow(maps, residual), _networkx_flow(maps, residual)
+    got, want = flow(maps, residual, solver=solver), _networkx_flow(maps, residual)
     # capacities are rounded to multiples of 2^-20: a few 1e-7 at most
     assert (got - want).abs().max() < 1e-6
     for i in (0, 4, 8):
-        assert torch.allclose(flow_from(maps, i, residual), got[i], atol=1e-12)
+        assert torch.allclose(flow_from(maps, i, residual, solver=solver), got[i], atol=1e-12)
     if residual == 0.0:
         assert (got[:, 4] == 0).all()
+
+
+@pytest.mark.parametrize("layers,n", [(1, 5), (2, 1), (2, 7), (4, 40), (6, 70)])
+def test_the_two_max_flow_solvers_give_the_same_integers(layers, n):
+    # Every depth (one layer: no graph between source and sink), one token, and lengths past
+    # the full-matrix limit; sharp and flat heads, and keys nobody attends to.
+    from attnlab.inspect.attribution import _flow_capacities, _flows_into
+
+    g = torch.Generator().manual_seed(layers * 100 + n)
+    scores = torch.randn(layers, 2, n, n, generator=g, dtype=torch.float64)
+    scores = scores * torch.tensor([0.5, 6.0], dtype=torch.float64)[:, None, None]
+    if n > 2:
+        scores[..., n // 2] = -torch.inf
+    for residual in (0.5, 0.0):
+        caps = _flow_capacities(torch.softmax(scores, -1), residual)
+        for position in {0, n // 2, n - 1}:
+            a, b = _flows_into(caps, position, "numba"), _flows_into(caps, position, "scipy")
+            assert a.tolist() == b.tolist()
+
+
+def test_flow_solver_is_checked():
+    maps = torch.softmax(torch.randn(2, 1, 4, 4, dtype=torch.float64), -1)
+    with pytest.raises(ValueError, match="solver must be 'numba' or 'scipy'"):
+        flow_from(maps, 0, solver="networkx")
 
 
 def test_gradient_weighted_known_answer():

@@ -34,70 +34,100 @@ def rollout(maps: torch.Tensor, residual: float = 0.5, start_layer: int = 0,
     return torch.stack(steps) if per_layer else r
 
 
-FLOW_SCALE = 2 ** 20     # capacities become integers in units of 2^-20 (scipy's max-flow)
+FLOW_SCALE = 2 ** 20     # capacities become integers in units of 2^-20 (exact integer max-flow)
 
 
-def _flow_graph(maps: torch.Tensor, residual: float):
-    """The layered graph of attention flow as scipy's CSR: node ``l * n + j`` is token j
-    before layer l; an edge (l, j) -> (l + 1, i) has capacity ``Â_l[i, j]`` scaled to an
-    integer. Returns the matrix and the number of layers."""
+def _flow_capacities(maps: torch.Tensor, residual: float) -> list:
+    """Integer capacities of the layered flow graph, one ``(n, n)`` array per layer:
+    ``[l][j, i]`` is edge (l, j) -> (l + 1, i), ``Â_l[i, j]`` in units of ``2^-20``."""
+    return [torch.round(_with_residual(layer.double().mean(0), residual).T * FLOW_SCALE)
+            .to(torch.int64).numpy() for layer in maps]
+
+
+def _flow_graph(caps: list):
+    """The whole layered graph as scipy's CSR: node ``l * n + j`` is token j before layer l."""
     import numpy as np
     from scipy.sparse import csr_matrix
 
-    n_layers, _, n, _ = maps.shape
-    rows, cols, caps = [], [], []
-    for layer in range(n_layers):
-        a = _with_residual(maps[layer].double().mean(0), residual)        # (n, n), rows = i
-        cap = torch.round(a.T * FLOW_SCALE).to(torch.int64).numpy()     # [j, i]
+    n = caps[0].shape[0]
+    rows, cols, values = [], [], []
+    for layer, cap in enumerate(caps):
         j, i = np.nonzero(cap)
         rows.append(layer * n + j)
         cols.append((layer + 1) * n + i)
-        caps.append(cap[j, i])
-    size = (n_layers + 1) * n
-    g = csr_matrix((np.concatenate(caps).astype(np.int32),
-                    (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
-    return g, n_layers
+        values.append(cap[j, i])
+    size = (len(caps) + 1) * n
+    return csr_matrix((np.concatenate(values).astype(np.int32),
+                       (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
 
 
-def flow_from(maps: torch.Tensor, position: int, residual: float = 0.5) -> torch.Tensor:
-    """Attention flow into one output ``position`` from every input token, ``(n,)``,
-    normalized to sum to 1: one max-flow problem per input token (n in all), so it runs at
-    the full length a model takes (see :func:`flow`)."""
+NUMBA_FROM_TOKENS = 128  # below, scipy is done before numba has loaded its compiled code (1 s)
+
+
+def max_flow_solver(n: int = NUMBA_FROM_TOKENS) -> str:
+    """The max-flow solver for ``n`` tokens: ``"numba"`` from ``NUMBA_FROM_TOKENS`` tokens
+    when numba is installed (the problems of one output position solved in parallel on one
+    residual graph: 5 s at 512 tokens), else ``"scipy"`` (one ``maximum_flow`` call each,
+    which rebuilds the graph every time: 50 s at 512 tokens)."""
+    from importlib.util import find_spec
+
+    return "numba" if n >= NUMBA_FROM_TOKENS and find_spec("numba") is not None else "scipy"
+
+
+def _flows_into(caps: list, position: int, solver: str | None):
+    """Integer max-flow from every input token into output ``position``, ``(n,)``."""
+    import numpy as np
+
+    solver = solver or max_flow_solver(caps[0].shape[0])
+    if solver == "numba":
+        from attnlab.inspect._maxflow import flows_into
+
+        return flows_into(caps, position, threads=torch.get_num_threads())
+    if solver != "scipy":
+        raise ValueError(f"solver must be 'numba' or 'scipy', got {solver!r}")
     from scipy.sparse.csgraph import maximum_flow
 
+    g, n = _flow_graph(caps), caps[0].shape[0]
+    sink = len(caps) * n + position
+    return np.array([maximum_flow(g, j, sink).flow_value for j in range(n)], dtype=np.int64)
+
+
+def flow_from(maps: torch.Tensor, position: int, residual: float = 0.5,
+              solver: str | None = None) -> torch.Tensor:
+    """Attention flow into one output ``position`` from every input token, ``(n,)``,
+    normalized to sum to 1: one max-flow problem per input token (n in all), so it runs at
+    the full length a model takes (see :func:`flow` for the definition and the error of the
+    integer capacities). ``solver``: ``"numba"`` or ``"scipy"`` (default: see
+    :func:`max_flow_solver`); both give the same integers."""
     n = maps.shape[-1]
     if not 0 <= position < n:
         raise ValueError(f"position must be in 0..{n - 1} (one of the {n} tokens), got "
                          f"{position}")
-    g, n_layers = _flow_graph(maps, residual)
-    sink = n_layers * n + position
-    out = torch.tensor([maximum_flow(g, j, sink).flow_value for j in range(n)],
-                       dtype=torch.float64) / FLOW_SCALE
+    out = torch.from_numpy(_flows_into(_flow_capacities(maps, residual), position, solver))
+    out = out.double() / FLOW_SCALE
     return out / out.sum().clamp_min(1e-12)
 
 
-def flow(maps: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
+def flow(maps: torch.Tensor, residual: float = 0.5, solver: str | None = None) -> torch.Tensor:
     """Attention flow (Abnar & Zuidema 2020): the maximum flow from input token j to output
     position i through the layered graph whose edge capacities are ``Â_l``.
 
     Each row is then normalized to sum to 1, as rollout's rows do: a single source-sink
     flow is bounded by 1 and most pairs come close to it, so raw values hardly discriminate.
-    One max-flow problem per pair (n² in all), solved by scipy's Dinic algorithm on
-    capacities rounded to multiples of ``2^-20``: each edge is off by at most ``2^-21``, so a
-    flow through c edges of a minimum cut by at most ``c · 2^-21`` (compared with networkx's
-    exact float max-flow in the tests). Limited to ``FLOW_MAX_TOKENS`` tokens; for longer
-    texts use :func:`flow_from` for the positions you need.
+    One max-flow problem per pair (n² in all), by Dinic's algorithm on capacities rounded to
+    multiples of ``2^-20``: each edge is off by at most ``2^-21``, so a flow through c edges of
+    a minimum cut by at most ``c · 2^-21`` (compared with networkx's exact float max-flow in
+    the tests). Limited to ``FLOW_MAX_TOKENS`` tokens; for longer texts use
+    :func:`flow_from` for the positions you need.
     """
-    from scipy.sparse.csgraph import maximum_flow
-
     n = maps.shape[-1]
     if n > FLOW_MAX_TOKENS:
         raise ValueError(f"attention flow solves n² max-flow problems; {n} tokens is more than "
                          f"the {FLOW_MAX_TOKENS} it allows: use flow_from(maps, position), "
                          "rollout, or a shorter text")
-    g, n_layers = _flow_graph(maps, residual)
-    out = torch.tensor([[maximum_flow(g, j, n_layers * n + i).flow_value for j in range(n)]
-                        for i in range(n)], dtype=torch.float64) / FLOW_SCALE
+    caps = _flow_capacities(maps, residual)
+    out = torch.stack([torch.from_numpy(_flows_into(caps, i, solver)) for i in range(n)])
+    out = out.double() / FLOW_SCALE
     return out / out.sum(-1, keepdim=True).clamp_min(1e-12)
 
 

@@ -118,7 +118,7 @@ def report_data(ins: Inspection) -> tuple[dict, str]:
         first["flow_from"] = {"values": [round(float(x), 6) for x in ins.flow_from],
                               "position": ins.flow_position}
     raw = b"".join(packer.parts)
-    packed = gzip.compress(raw, compresslevel=6, mtime=0)
+    packed = gzip.compress(raw, compresslevel=1, mtime=0)   # 3x faster than 6, 10% larger
     use_gzip = len(packed) < 0.9 * len(raw)
     blob = base64.b64encode(packed if use_gzip else raw).decode("ascii")
     data = {"layers": ins.layers, "heads": ins.heads, "texts": texts, "first": first,
