@@ -198,3 +198,16 @@ def test_punctuation_mass_counts_period_and_comma_as_clark_et_al():
 
     assert is_period_or_comma(".") and is_period_or_comma(",")
     assert not is_period_or_comma("!") and not is_period_or_comma("?") and not is_period_or_comma("-")
+
+
+@pytest.mark.parametrize("n", [3, 65, 130])
+def test_js_distances_numba_and_torch_agree(n):
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randn(2, 3, n, n, generator=g) * torch.tensor([0.3, 2.0, 8.0])[:, None, None]
+    scores[..., 0, 1:] = -torch.inf                       # a one-hot row: x log x at x = 0
+    maps = torch.softmax(scores, -1)
+    a, b = js_distances(maps, kernel="numba"), js_distances(maps, kernel="torch")
+    assert a.shape == (6, 6) and torch.allclose(a, b, atol=2e-6)
+    assert torch.allclose(js_distances(maps), b, atol=2e-6)
+    with pytest.raises(ValueError, match="kernel must be"):
+        js_distances(maps, kernel="scipy")

