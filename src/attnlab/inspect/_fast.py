@@ -7,7 +7,7 @@ Max-flow. Attention flow into one output position asks for one max-flow problem 
 token, and all of them share every edge except the source's. scipy's ``maximum_flow`` rebuilds
 its residual graph on every call (about 0.1 s of a 0.13 s call on the 1.6M-edge graph of a
 6-layer model at 512 tokens); here the residual graph is built once, each problem starts from
-a copy of its capacities, and the problems run in parallel threads outside the GIL. The
+a copy of its capacities, and the problems run in threads outside the GIL. The
 algorithm is the shortest-augmenting-path method on distance labels (the labels to the sink
 are computed once and shared by every source), on the same integer capacities as scipy's
 Dinic, so the values agree exactly. At 512 tokens it is about 1.5x faster per problem than
@@ -20,21 +20,23 @@ back, and at 512 tokens (670M terms) memory is what limits it.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
 
 import numba as nb
 import numpy as np
 
 
-@contextmanager
-def _threads(count: int):
-    """numba's thread count for this thread's parallel loops, restored afterwards."""
-    before = nb.get_num_threads()
-    nb.set_num_threads(max(1, min(count, nb.config.NUMBA_NUM_THREADS)))
-    try:
-        yield
-    finally:
-        nb.set_num_threads(before)
+def _in_threads(work, count: int, threads: int) -> None:
+    """``work(first, step)`` for ``first`` in ``0..k-1`` on k = min(threads, count) Python
+    threads: the kernels release the GIL, and plain nogil functions load from numba's cache
+    in milliseconds where a ``parallel=True`` one takes a second."""
+    k = max(1, min(threads, count))
+    if k == 1:
+        work(0, 1)
+        return
+    with ThreadPoolExecutor(k) as pool:
+        for done in [pool.submit(work, first, k) for first in range(k)]:
+            done.result()
 
 
 @nb.njit(cache=True, nogil=True)
@@ -59,11 +61,13 @@ def _distances_to(start, head, rev, cap, t):                             # pragm
 
 
 @nb.njit(cache=True, nogil=True)
-def _shortest_paths_flow(start, head, rev, cap, s, t, dist0):            # pragma: no cover
+def _shortest_paths_flow(start, head, rev, cap, s, t, dist0, touched, mark):  # pragma: no cover
     """Max-flow from s to t by shortest augmenting paths on exact distance labels, with
     current arcs and the gap rule (Ahuja, Magnanti & Orlin, *Network Flows*, 1993, 7.4).
     ``cap`` is the residual capacity and is used up; ``dist0`` are the labels of every node
-    but s (shared by all the problems of one sink)."""
+    but s (shared by all the problems of one sink). Every arc whose capacity changes is
+    appended to ``touched`` (and flagged in ``mark``); returns the flow and their count, so
+    that the caller restores those arcs instead of copying all of them."""
     nodes = start.shape[0] - 1
     dist = dist0.copy()
     label = nodes
@@ -77,7 +81,7 @@ def _shortest_paths_flow(start, head, rev, cap, s, t, dist0):            # pragm
     current = start[:-1].copy()
     path = np.empty(nodes, np.int64)          # arcs of the path being grown
     stack = np.empty(nodes + 1, np.int32)     # its nodes: stack[0] = s
-    depth, u, total = 0, s, 0
+    depth, u, total, changed = 0, s, 0, 0
     stack[0] = s
     while dist[s] < nodes:
         if u == t:                            # augment by the path's bottleneck
@@ -85,8 +89,14 @@ def _shortest_paths_flow(start, head, rev, cap, s, t, dist0):            # pragm
             for d in range(1, depth):
                 b = min(b, cap[path[d]])
             for d in range(depth):
-                cap[path[d]] -= b
-                cap[rev[path[d]]] += b
+                a = path[d]
+                cap[a] -= b
+                cap[rev[a]] += b
+                if not mark[a]:
+                    mark[a] = mark[rev[a]] = True
+                    touched[changed] = a
+                    touched[changed + 1] = rev[a]
+                    changed += 2
             total += b
             for d in range(depth):            # retreat to the first saturated arc
                 if cap[path[d]] == 0:
@@ -121,19 +131,29 @@ def _shortest_paths_flow(start, head, rev, cap, s, t, dist0):            # pragm
         if u != s:
             depth -= 1
             u = stack[depth]
-    return total
+    return total, changed
 
 
-@nb.njit(cache=True, parallel=True)
-def _solve_sources(start, head, rev, cap, source_arcs, source_caps, s, t):  # pragma: no cover
-    dist = _distances_to(start, head, rev, cap, t)
-    out = np.zeros(source_caps.shape[0], np.int64)
-    for j in nb.prange(source_caps.shape[0]):
-        residual = cap.copy()
+@nb.njit(cache=True, nogil=True)
+def _solve_sources(start, head, rev, cap, source_arcs, source_caps, s, t, dist, first, step,
+                   out):                                                # pragma: no cover
+    """Sources ``first, first + step, ...``, each on the capacities ``cap``: one residual
+    copy per thread, and after each problem only the arcs it changed are put back."""
+    residual = cap.copy()
+    touched = np.empty(cap.shape[0], np.int64)
+    mark = np.zeros(cap.shape[0], np.bool_)
+    for j in range(first, source_caps.shape[0], step):
         for k in range(source_arcs.shape[0]):
             residual[source_arcs[k]] = source_caps[j, k]
-        out[j] = _shortest_paths_flow(start, head, rev, residual, s, t, dist)
-    return out
+        out[j], changed = _shortest_paths_flow(start, head, rev, residual, s, t, dist,
+                                               touched, mark)
+        for k in range(changed):
+            residual[touched[k]] = cap[touched[k]]
+            mark[touched[k]] = False
+        for k in range(source_arcs.shape[0]):
+            a = source_arcs[k]
+            residual[a] = cap[a]
+            residual[rev[a]] = cap[rev[a]]
 
 
 def residual_graph(tails: np.ndarray, heads: np.ndarray, caps: np.ndarray, nodes: int):
@@ -180,21 +200,25 @@ def flows_into(caps: list[np.ndarray], position: int, threads: int) -> np.ndarra
     values += [caps[-1][:, position], np.zeros(n, np.int64)]
     start, head, rev, cap, arc = residual_graph(np.concatenate(tails), np.concatenate(heads),
                                                 np.concatenate(values), source + 1)
-    with _threads(threads):
-        return _solve_sources(start, head, rev, cap, arc[-n:],
-                              np.ascontiguousarray(caps[0], dtype=np.int32), source, sink)
+    dist = _distances_to(start, head, rev, cap, sink)
+    source_caps = np.ascontiguousarray(caps[0], dtype=np.int32)
+    out = np.zeros(n, np.int64)
+    _in_threads(lambda first, step: _solve_sources(start, head, rev, cap, arc[-n:], source_caps,
+                                                   source, sink, dist, first, step, out),
+                n, threads)
+    return out
 
 
-@nb.njit(cache=True, parallel=True, fastmath=True)
-def _js_sums(p):                                                        # pragma: no cover
-    """``p``: ``(n, G, n)`` float32 rows by query. Returns ``(G, G)`` float64, entry
-    ``[g, h]`` (g < h) = the sum over queries of ``H(M) - (H(P) + H(Q)) / 2`` in nats."""
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _js_sums(p, first, step, out):                                      # pragma: no cover
+    """``p``: ``(n, G, n)`` float32 rows by query. Adds to ``out`` ``(G, G)`` float64, for the
+    queries ``first, first + step, ...``, entry ``[g, h]`` (g < h) = the sum of
+    ``H(M) - (H(P) + H(Q)) / 2`` in nats."""
     rows, heads, n = p.shape
-    per_row = np.zeros((rows, heads, heads), np.float64)
     tiny = np.float32(1e-30)                  # x log x = 0 at x = 0
-    for i in nb.prange(rows):
+    own = np.zeros(heads, np.float32)
+    for i in range(first, rows, step):
         x = p[i]
-        own = np.zeros(heads, np.float32)
         for g in range(heads):
             acc = np.float32(0)
             for k in range(n):
@@ -207,11 +231,13 @@ def _js_sums(p):                                                        # pragma
                 for k in range(n):
                     v = np.float32(0.5) * (x[g, k] + x[h, k])
                     acc += v * np.log(max(v, tiny))
-                per_row[i, g, h] = 0.5 * (own[g] + own[h]) - acc
-    return per_row.sum(0)
+                out[g, h] += 0.5 * (own[g] + own[h]) - acc
 
 
 def js_sums(rows: np.ndarray, threads: int) -> np.ndarray:
-    """:func:`_js_sums` on ``threads`` threads."""
-    with _threads(threads):
-        return _js_sums(np.ascontiguousarray(rows, dtype=np.float32))
+    """Summed over the queries, ``(G, G)``: the upper triangle of :func:`_js_sums`."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    k = max(1, min(threads, rows.shape[0]))
+    parts = np.zeros((k, rows.shape[1], rows.shape[1]), np.float64)
+    _in_threads(lambda first, step: _js_sums(rows, first, step, parts[first]), rows.shape[0], k)
+    return parts.sum(0)

@@ -61,26 +61,36 @@ def offset_mass(maps: torch.Tensor, offset: int) -> torch.Tensor:
     return diag.mean(-1) if diag.shape[-1] else torch.zeros(maps.shape[:2], dtype=maps.dtype)
 
 
-def offset_argmax(maps: torch.Tensor, offset: int) -> torch.Tensor:
+def offset_argmax(maps: torch.Tensor, offset: int | tuple[int, ...]) -> torch.Tensor:
     """Fraction of queries whose largest weight is on ``query + offset`` alone (Voita et al.
     2019 call a head positional when this is at least 90%). A query whose largest weight is
     shared by several keys (a 50/50 split between the previous and the next token) has no
-    single argmax and counts for none of them, instead of for whichever comes first."""
+    single argmax and counts for none of them, instead of for whichever comes first.
+
+    A tuple of offsets gives one ``(L, H)`` result per offset, stacked, from one pass."""
+    offsets = (offset,) if isinstance(offset, int) else tuple(offset)
     n = maps.shape[-1]
-    idx = torch.arange(n)
-    target = idx + offset
-    valid = (target >= 0) & (target < n)
-    if not valid.any():
-        return torch.zeros(maps.shape[:2], dtype=maps.dtype)
-    top = maps.amax(-1, keepdim=True)                                # (L, H, n, 1)
-    unique = (maps == top).sum(-1) == 1                              # one key holds the max
-    hit = (maps.argmax(-1) == target.clamp(0, n - 1)) & unique       # (L, H, n)
-    return hit[..., valid].to(maps.dtype).mean(-1)
+    top, best = maps.max(-1)                                         # (L, H, n) each
+    unique = (maps == top[..., None]).sum(-1) == 1                   # one key holds the max
+    out = []
+    for o in offsets:
+        target = torch.arange(n) + o
+        valid = (target >= 0) & (target < n)
+        if not valid.any():
+            out.append(torch.zeros(maps.shape[:2], dtype=maps.dtype))
+            continue
+        hit = (best == target.clamp(0, n - 1)) & unique              # (L, H, n)
+        out.append(hit[..., valid].to(maps.dtype).mean(-1))
+    return out[0] if isinstance(offset, int) else torch.stack(out)
 
 
 def token_mass(maps: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """Mean over queries of the total weight on the keys where ``keys`` (bool, n) is True."""
-    return (maps * keys.to(maps.dtype)).sum(-1).mean(-1)
+    """Mean over queries of the total weight on the keys where ``keys`` (bool, n) is True;
+    a ``(k, n)`` stack of key sets gives ``(k, L, H)``."""
+    keys = keys.to(maps.dtype)
+    if keys.dim() == 1:
+        return (maps @ keys).mean(-1)                                # one read, no product
+    return (maps @ keys.T).mean(-2).movedim(-1, 0)                   # (L, H, n, k) -> (k, L, H)
 
 
 @dataclass
@@ -134,13 +144,14 @@ def head_metrics(maps: torch.Tensor, tokens: list[str],
     if segments is not None and segments.unique().numel() > 1:
         same = segments[:, None] == segments[None, :]                  # (n, n)
         within = (maps * same.to(maps.dtype)).sum(-1).mean(-1)
+    prev_arg, next_arg, self_arg = offset_argmax(maps, (-1, 1, 0))
+    cls_mass, sep_mass, punct_mass, first_mass = token_mass(
+        maps, torch.stack([is_cls, is_sep, is_punct, first]))
     return HeadMetrics(
         entropy=ent, entropy_ratio=ratio, confidence=confidence(maps),
         prev=offset_mass(maps, -1), next=offset_mass(maps, 1), self=offset_mass(maps, 0),
-        prev_argmax=offset_argmax(maps, -1), next_argmax=offset_argmax(maps, 1),
-        self_argmax=offset_argmax(maps, 0),
-        cls=token_mass(maps, is_cls), sep=token_mass(maps, is_sep),
-        punct=token_mass(maps, is_punct), first=token_mass(maps, first), within_segment=within)
+        prev_argmax=prev_arg, next_argmax=next_arg, self_argmax=self_arg,
+        cls=cls_mass, sep=sep_mass, punct=punct_mass, first=first_mass, within_segment=within)
 
 
 def numba_installed() -> bool:
