@@ -1,6 +1,7 @@
 """The main job, `attnlab inspect`, at full length: wall time, peak memory and report size on a
 512-token text and on a 100-text corpus, the time of the figures, and attention flow into one
-position at 512 tokens.
+position at 512 tokens with numba (the first call in a process loads the compiled code) and
+with scipy's maximum_flow, one call per token, as the baseline.
 
     python benchmarks/bench_inspect.py
 
@@ -76,9 +77,18 @@ def main() -> None:
     batch = tok([PARAGRAPH * 20], return_tensors="pt", truncation=True, max_length=512)
     with torch.no_grad(), record(model) as rec:
         model(batch["input_ids"], batch["attention_mask"])
-    t0 = time.perf_counter()
-    flow_from(rec.maps(0), 0)
-    rows["flow into one position, 512 tokens"] = {"time_s": round(time.perf_counter() - t0, 2)}
+    maps = rec.maps(0)
+    flows = {}
+    for name, solver in (("numba, first call", "numba"), ("numba, again", "numba"),
+                         ("scipy", "scipy")):
+        t0 = time.perf_counter()
+        flows[name] = flow_from(maps, 0, solver=solver)
+        rows[f"flow into one position, 512 tokens ({name})"] = {
+            "time_s": round(time.perf_counter() - t0, 2)}
+    assert torch.equal(flows["numba, again"], flows["scipy"])          # the same integers
+    rows["flow into one position, 512 tokens (scipy)"]["ratio_to_numba"] = round(
+        rows["flow into one position, 512 tokens (scipy)"]["time_s"]
+        / rows["flow into one position, 512 tokens (numba, again)"]["time_s"], 1)
     out = HERE / "results" / "inspect.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))

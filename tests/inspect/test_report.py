@@ -141,6 +141,34 @@ def test_length_limit_is_an_error_or_an_explicit_cut(tmp_path, capsys):
     assert "text 1 was cut from 602 to 512 tokens" in out
     page = (tmp_path / "b" / "report.html").read_text()
     assert "cut from 602 to 512 tokens" in page
+    _first_paint_and_head_view_at_full_length(tmp_path / "b" / "report.html")
+
+
+def _first_paint_and_head_view_at_full_length(report):
+    """The 512-token report in Chromium: painted within 3 s, drawn, the head view answers."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox",
+                                                                    "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        errors, requests = [], []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(report.resolve().as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+        paint = page.evaluate("() => performance.getEntriesByName('first-paint')[0].startTime")
+        assert paint < 3000, paint
+        assert page.locator("#hv-q .tok").count() == 512
+        page.locator("#hv").scroll_into_view_if_needed()
+        before = page.eval_on_selector("#hv-canvas", "c => c.toDataURL()")
+        page.hover("#hv-q .tok[data-index='300']")
+        assert page.get_attribute("#hv", "data-lines") == "q300"
+        assert page.eval_on_selector("#hv-canvas", "c => c.toDataURL()") != before
+        browser.close()
+    assert errors == []
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests
 
 
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
