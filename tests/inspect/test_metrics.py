@@ -211,3 +211,18 @@ def test_js_distances_numba_and_torch_agree(n):
     assert torch.allclose(js_distances(maps), b, atol=2e-6)
     with pytest.raises(ValueError, match="kernel must be"):
         js_distances(maps, kernel="scipy")
+
+
+def test_inspect_computes_flow_past_128_tokens_only_with_numba(monkeypatch):
+    from attnlab.inspect import metrics
+    from attnlab.inspect.run import inspect_texts
+
+    text = "attention " * 148                                   # 150 tokens with [CLS], [SEP]
+    ins = inspect_texts([(text, None)])
+    assert ins.flow_from is not None and ins.flow_from.shape == (150,)
+    assert abs(float(ins.flow_from.sum()) - 1) < 1e-9
+    assert any("flow into position 0 ([CLS]) is shown" in note for note in ins.notes)
+    monkeypatch.setattr(metrics, "numba_installed", lambda: False)
+    ins = inspect_texts([(text, None)])
+    assert ins.flow_from is None
+    assert any("pip install 'attnlab[fast]'" in note for note in ins.notes)
