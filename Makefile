@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PIN)
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m attnlab.inspect._fast   # compile the numba kernels once (cached)
 	touch $(STAMP)
 
 install: $(STAMP)
