@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -226,3 +227,20 @@ def test_inspect_computes_flow_past_128_tokens_only_with_numba(monkeypatch):
     ins = inspect_texts([(text, None)])
     assert ins.flow_from is None
     assert any("pip install 'attnlab[fast]'" in note for note in ins.notes)
+
+
+def test_model_grid_scales_each_map_and_pools_long_ones_keeping_peaks():
+    from attnlab.plots.inspect import GRID_CELL, grid_mosaic
+
+    n = 300
+    uniform = torch.full((n, n), 1.0 / n)
+    previous = torch.eye(n).roll(-1, 1)                     # one-hot rows: a thin diagonal
+    maps = torch.stack([uniform, previous])[None]           # (1 layer, 2 heads, n, n)
+    mosaic, cell, step = grid_mosaic(maps)
+    assert cell == GRID_CELL and mosaic.shape == (cell, 2 * step - (step - cell))
+    diffuse, sharp = mosaic[:, :cell], mosaic[:, step:step + cell]
+    assert np.allclose(diffuse, 1.0)                        # its own largest weight: as bright
+    assert (sharp.max(1) == 1.0).all()                      # the diagonal survives the pooling
+    assert np.isnan(mosaic[:, cell:step]).all()             # the gap between heads
+    small, cell, _ = grid_mosaic(maps[..., :12, :12])
+    assert cell == 12                                       # short maps at their own size

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import torch
 
@@ -27,24 +28,54 @@ def head_figure(a: torch.Tensor, tokens: list[str], layer: int, head: int,
     return paths
 
 
+GRID_CELL = 128   # pixels per map in the model grid; longer maps are max-pooled to it
+
+
+def grid_mosaic(maps: torch.Tensor) -> tuple[np.ndarray, int, int]:
+    """The model grid's image: every ``(L, H)`` map max-pooled to at most ``GRID_CELL``
+    pixels a side and divided by its own largest weight, tiled with NaN gaps. Returns the
+    image, the tile size and the tile pitch."""
+    n_layers, n_heads, n, _ = maps.shape
+    cell = min(n, GRID_CELL)
+    a = maps.detach().float().reshape(n_layers * n_heads, 1, n, n)
+    if n > cell:
+        a = torch.nn.functional.adaptive_max_pool2d(a, cell)
+    a = (a / a.amax((-2, -1), keepdim=True).clamp_min(1e-12))[:, 0]  # (LH, cell, cell)
+    gap = max(1, cell // 12)
+    step = cell + gap
+    mosaic = np.full((n_layers * step - gap, n_heads * step - gap), np.nan)
+    for i, tile in enumerate(a.numpy()):
+        r, c = divmod(i, n_heads)
+        mosaic[r * step:r * step + cell, c * step:c * step + cell] = tile
+    return mosaic, cell, step
+
+
 def model_grid(maps: torch.Tensor, out_dir: Path) -> list[Path]:
-    """All layers x heads as small heatmaps (rows: layers, columns: heads)."""
-    n_layers, n_heads = maps.shape[:2]
+    """All layers x heads in one image (rows: layers, columns: heads), each map scaled to its
+    own largest weight so that a diffuse head is as visible as a sharp one. Maps longer than
+    ``GRID_CELL`` tokens are max-pooled to it (a peak stays a peak); one image instead of one
+    axes per head draws in a fraction of a second at any length."""
+    n_layers, n_heads, n, _ = maps.shape
+    mosaic, cell, step = grid_mosaic(maps)
     paths = _both(out_dir / "model_grid")
-    with figure(paths, figsize=(1.1 * n_heads + 1, 1.1 * n_layers + 0.8), dpi=110) as fig:
-        axes = fig.subplots(n_layers, n_heads, squeeze=False)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                ax = axes[layer][head]
-                ax.imshow(maps[layer, head].numpy(), cmap="viridis", vmin=0, vmax=1,
-                          interpolation="nearest")
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if layer == 0:
-                    ax.set_title(f"H{head}", fontsize=8)
-                if head == 0:
-                    ax.set_ylabel(f"L{layer}", fontsize=8)
-        fig.suptitle("attention maps, every layer (rows) and head (columns)")
+    width = 1.0 * n_heads + 1.6
+    with figure(paths, figsize=(width, (width - 1.6) * mosaic.shape[0] / mosaic.shape[1] + 0.9),
+                dpi=max(110, int(1.2 * step))) as fig:
+        ax = fig.add_subplot()
+        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+        im = ax.imshow(np.ma.masked_invalid(mosaic), cmap=cmap, vmin=0, vmax=1,
+                       interpolation="nearest")
+        ax.set_xticks([c * step + cell / 2 for c in range(n_heads)],
+                      labels=[f"H{h}" for h in range(n_heads)], fontsize=8)
+        ax.set_yticks([r * step + cell / 2 for r in range(n_layers)],
+                      labels=[f"L{layer}" for layer in range(n_layers)], fontsize=8)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01, label="weight / the map's largest")
+        pooled = f"; {n} tokens max-pooled to {cell}" if n > cell else ""
+        ax.set_title(f"attention maps, every layer (rows) and head (columns){pooled}",
+                     fontsize=9)
     return paths
 
 
