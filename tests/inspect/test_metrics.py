@@ -108,8 +108,13 @@ def test_flow_on_a_chain_and_its_guard():
     maps = torch.stack([torch.eye(3, dtype=torch.float64)[None]] * 2)   # attention to self only
     f = flow(maps)
     assert torch.allclose(f, torch.eye(3, dtype=torch.float64))         # nothing mixes
-    with pytest.raises(ValueError, match="use flow_from"):
-        flow(torch.stack([torch.eye(40, dtype=torch.float64)[None]]))
+    eye = torch.stack([torch.eye(40, dtype=torch.float64)[None]])     # 40 tokens
+    with pytest.raises(ValueError, match="more than the 32 it allows with scipy; use flow_from"
+                       .replace(";", ":")):
+        flow(eye, solver="scipy")
+    assert torch.equal(flow(eye), torch.eye(40, dtype=torch.float64))  # numba: up to 64
+    with pytest.raises(ValueError, match="more than the 64 it allows with numba"):
+        flow(torch.stack([torch.eye(65, dtype=torch.float64)[None]]))
 
 
 def _networkx_flow(maps, residual):
@@ -214,7 +219,7 @@ def test_js_distances_numba_and_torch_agree(n):
         js_distances(maps, kernel="scipy")
 
 
-def test_inspect_computes_flow_past_128_tokens_only_with_numba(monkeypatch):
+def test_inspect_flow_policy_with_and_without_numba(monkeypatch):
     from attnlab.inspect import metrics
     from attnlab.inspect.run import inspect_texts
 
@@ -223,10 +228,16 @@ def test_inspect_computes_flow_past_128_tokens_only_with_numba(monkeypatch):
     assert ins.flow_from is not None and ins.flow_from.shape == (150,)
     assert abs(float(ins.flow_from.sum()) - 1) < 1e-9
     assert any("flow into position 0 ([CLS]) is shown" in note for note in ins.notes)
+    middle = "attention " * 48                               # 50 tokens: the full matrix fits
+    ins = inspect_texts([(middle, None)])
+    assert ins.flow.shape == (50, 50) and torch.equal(ins.flow_from, ins.flow[0])
     monkeypatch.setattr(metrics, "numba_installed", lambda: False)
     ins = inspect_texts([(text, None)])
     assert ins.flow_from is None
     assert any("pip install 'attnlab[fast]'" in note for note in ins.notes)
+    ins = inspect_texts([(middle, None)])                   # scipy: the matrix only up to 32
+    assert ins.flow is None and ins.flow_from.shape == (50,)
+    assert any("more than the 32 of the full matrix" in note for note in ins.notes)
 
 
 def test_model_grid_scales_each_map_and_pools_long_ones_keeping_peaks():

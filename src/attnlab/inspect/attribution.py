@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-FLOW_MAX_TOKENS = 32
+FLOW_MAX_TOKENS = 32        # the full flow matrix (n² max-flows) with scipy: 0.8 s at 32 tokens
+FLOW_MAX_TOKENS_NUMBA = 64  # with numba: 1.4 s at 64 tokens, where scipy takes 8.6 s
 
 
 def _with_residual(a: torch.Tensor, residual: float) -> torch.Tensor:
@@ -61,17 +62,29 @@ def _flow_graph(caps: list):
                        (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
 
 
-NUMBA_FROM_TOKENS = 128  # below, scipy is done before numba has loaded its compiled code (1 s)
+NUMBA_FROM_WORK = 2 ** 21   # problems x n²: below, scipy is done before numba has loaded (1 s)
 
 
-def max_flow_solver(n: int = NUMBA_FROM_TOKENS) -> str:
-    """The max-flow solver for ``n`` tokens: ``"numba"`` from ``NUMBA_FROM_TOKENS`` tokens
-    when numba is installed (the problems of one output position solved in parallel on one
-    residual graph: 5 s at 512 tokens), else ``"scipy"`` (one ``maximum_flow`` call each,
-    which rebuilds the graph every time: 50 s at 512 tokens)."""
+def max_flow_solver(n: int = 128, problems: int | None = None) -> str:
+    """The max-flow solver for ``problems`` max-flows (default ``n``: the flow into one
+    position) on ``n`` tokens: ``"numba"`` when numba is installed and the work, problems
+    x n², is at least ``NUMBA_FROM_WORK`` (the flow into one position from 128 tokens, the
+    full matrix from 33): every problem of one output position solved in threads on one
+    residual graph (3 s at 512 tokens). Else ``"scipy"``: one ``maximum_flow`` call each,
+    which rebuilds the graph every time (50 s at 512 tokens)."""
     from attnlab.inspect.metrics import numba_installed
 
-    return "numba" if n >= NUMBA_FROM_TOKENS and numba_installed() else "scipy"
+    work = (n if problems is None else problems) * n * n
+    return "numba" if work >= NUMBA_FROM_WORK and numba_installed() else "scipy"
+
+
+def flow_matrix_limit(solver: str | None = None) -> int:
+    """The most tokens :func:`flow` takes: ``FLOW_MAX_TOKENS_NUMBA`` with numba (given, or
+    installed when ``solver`` is None), else ``FLOW_MAX_TOKENS``."""
+    from attnlab.inspect.metrics import numba_installed
+
+    numba = solver == "numba" or (solver is None and numba_installed())
+    return FLOW_MAX_TOKENS_NUMBA if numba else FLOW_MAX_TOKENS
 
 
 def _flows_into(caps: list, position: int, solver: str | None):
@@ -114,16 +127,18 @@ def flow(maps: torch.Tensor, residual: float = 0.5, solver: str | None = None) -
 
     Each row is then normalized to sum to 1, as rollout's rows do: a single source-sink
     flow is bounded by 1 and most pairs come close to it, so raw values hardly discriminate.
-    One max-flow problem per pair (n² in all), by Dinic's algorithm on capacities rounded to
+    One max-flow problem per pair (n² in all), solved exactly on capacities rounded to
     multiples of ``2^-20``: each edge is off by at most ``2^-21``, so a flow through c edges of
     a minimum cut by at most ``c · 2^-21`` (compared with networkx's exact float max-flow in
-    the tests). Limited to ``FLOW_MAX_TOKENS`` tokens; for longer texts use
-    :func:`flow_from` for the positions you need.
+    the tests). Limited to :func:`flow_matrix_limit` tokens (64 with numba, 32 with scipy);
+    for longer texts use :func:`flow_from` for the positions you need.
     """
     n = maps.shape[-1]
-    if n > FLOW_MAX_TOKENS:
+    solver = solver or max_flow_solver(n, n * n)
+    limit = flow_matrix_limit(solver)
+    if n > limit:
         raise ValueError(f"attention flow solves n² max-flow problems; {n} tokens is more than "
-                         f"the {FLOW_MAX_TOKENS} it allows: use flow_from(maps, position), "
+                         f"the {limit} it allows with {solver}: use flow_from(maps, position), "
                          "rollout, or a shorter text")
     caps = _flow_capacities(maps, residual)
     out = torch.stack([torch.from_numpy(_flows_into(caps, i, solver)) for i in range(n)])

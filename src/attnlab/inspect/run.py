@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnlab.inspect.attribution import (FLOW_MAX_TOKENS, TARGETS, bert_gradient_attention,
-                                        flow, flow_from, max_flow_solver, rollout)
+from attnlab.inspect.attribution import (TARGETS, bert_gradient_attention, flow, flow_from,
+                                        flow_matrix_limit, max_flow_solver, rollout)
 from attnlab.inspect.capture import record
 from attnlab.inspect.metrics import (HeadMetrics, embed_2d, head_metrics, js_distances,
                                      layer_distance_summary)
@@ -119,11 +119,11 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
         start_layer: first layer of rollout and gradient relevance.
         position: the output position whose attention flow is computed at any length
             (default 0, [CLS]); the full flow matrix is computed where it fits.
-        flow_mode: None (default): the full flow matrix up to ``FLOW_MAX_TOKENS`` tokens and
-            the flow into ``position`` at any length with numba installed; without numba
-            only up to ``FLOW_FROM_AUTO_TOKENS`` (said in ``notes``: scipy's max-flow costs
-            about 0.1 s per token at 512 tokens); True: the flow into ``position`` at any
-            length; False: no flow.
+        flow_mode: None (default): the full flow matrix up to ``flow_matrix_limit()``
+            tokens (64 with numba, 32 without) and the flow into ``position`` at any length
+            with numba installed; without numba only up to ``FLOW_FROM_AUTO_TOKENS`` (said in
+            ``notes``: scipy's max-flow costs about 0.1 s per token at 512 tokens); True: the
+            flow into ``position`` at any length; False: no flow.
     """
     from attnlab.nn.bert import BertModel, resolve_model_path
     from attnlab.nn.tokenizer import light_tokenizer
@@ -168,11 +168,14 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
     n = len(tokens)
     f = f_from = None
     if flow_mode is not False:
-        f = flow(maps[start_layer:]) if n <= FLOW_MAX_TOKENS and flow_mode is None else None
-        if flow_mode or n <= FLOW_FROM_AUTO_TOKENS or max_flow_solver(n) == "numba":
+        limit = flow_matrix_limit()
+        f = flow(maps[start_layer:]) if n <= limit and flow_mode is None else None
+        if f is not None:
+            f_from = f[position]                      # the same row (tested)
+        elif flow_mode or n <= FLOW_FROM_AUTO_TOKENS or max_flow_solver(n) == "numba":
             f_from = flow_from(maps[start_layer:], position)
         if f is None and f_from is not None:
-            notes.append(f"attention flow: {n} tokens is more than the {FLOW_MAX_TOKENS} of "
+            notes.append(f"attention flow: {n} tokens is more than the {limit} of "
                          f"the full matrix; the flow into position {position} "
                          f"({tokens[position]}) is shown")
         elif f is None:
@@ -180,7 +183,7 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
                          f"takes about {0.1 * n * (n / 512) ** 2:.0f} s with scipy (one max-flow "
                          f"problem per token); ask for it with flow_mode=True (attnlab inspect "
                          f"--flow), or install numba (pip install 'attnlab[fast]'), which "
-                         f"solves them in parallel in about 5 s")
+                         f"solves them in threads in about 3 s at 512 tokens")
     grads = bert_gradient_attention(bert, batch["input_ids"], batch["attention_mask"], target,
                                     batch.get("token_type_ids"), start_layer, per_layer=True)
     roll = rollout(maps, start_layer=start_layer, per_layer=True)
