@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from contextlib import contextmanager
+
 import torch
 
 from attnlab import attention, list_backends
@@ -79,3 +82,43 @@ def loose_shift_inputs(scale: float, n: int = 90, d: int = 16, d_v: int = 5):
     k[..., :h] = torch.randn(1, 2, n, h, generator=g, dtype=torch.float64) * 0.1
     v = torch.randn(1, 2, n, d_v, generator=g, dtype=torch.float64)
     return q, k, v
+
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class ReportPage:
+    """A report opened in Debian's headless Chromium: ``page`` (playwright), and what the page
+    did that a test checks: console ``errors``, ``requests`` and ``dialogs``."""
+
+    def __init__(self, page):
+        self.page, self.errors, self.requests, self.dialogs = page, [], [], []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+    def offline(self) -> bool:
+        """No request left the machine."""
+        return all(u.startswith(("file:", "data:")) for u in self.requests)
+
+
+@contextmanager
+def open_report(path, viewport=(1300, 1600), timeout_ms: int = 10_000):
+    """``path`` in Chromium, waited on until the report has drawn itself (``body[data-ready]``,
+    within ``timeout_ms``); yields a :class:`ReportPage`. The browser is closed on leaving."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            report = ReportPage(page)
+            page.goto(path.resolve().as_uri())
+            page.wait_for_selector("body[data-ready='1']", timeout=timeout_ms)
+            yield report
+        finally:
+            browser.close()

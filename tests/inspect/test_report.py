@@ -3,17 +3,16 @@ headless Chromium, escapes user text, and opens on a clicked head."""
 
 import json
 import os
-import shutil
 
 import pytest
 
 from attnlab.cli import main
+from tests.helpers import CHROMIUM, open_report
 
 # One worker builds the report fixture (make test runs xdist with --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("inspect-report")
 
 EVIL = 'He said <script>alert("x")</script> & left.'
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="session")
@@ -53,21 +52,9 @@ def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
                     reason="needs Debian's chromium (apt-get install chromium); .ci/run installs it")
 def test_report_in_headless_chromium(report, tmp_path):
     from PIL import Image, ImageStat
-    from playwright.sync_api import sync_playwright
 
-    url = (report / "report.html").resolve().as_uri()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1300, "height": 1800})
-        errors, requests, dialogs = [], [], []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("request", lambda r: requests.append(r.url))
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(url)
-        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    with open_report(report / "report.html", viewport=(1300, 1800)) as opened:
+        page = opened.page
         assert page.locator("button.head").count() == 72
         page.click("button.head[data-layer='3'][data-head='7']")
         assert page.text_content("#detail-title").startswith("Layer 3, head 7")
@@ -112,9 +99,8 @@ def test_report_in_headless_chromium(report, tmp_path):
         assert '<script>alert("x")</script>' in settings           # shown as text
         shot = tmp_path / "report.png"
         page.screenshot(path=str(shot))
-        browser.close()
-    assert errors == [] and dialogs == []
-    assert all(u.startswith(("file:", "data:")) for u in requests), requests
+    assert opened.errors == [] and opened.dialogs == []
+    assert opened.offline(), opened.requests
     stat = ImageStat.Stat(Image.open(shot).convert("L"))
     assert stat.stddev[0] > 20                                      # not a blank page
 
@@ -146,18 +132,8 @@ def test_length_limit_is_an_error_or_an_explicit_cut(tmp_path, capsys):
 
 def _first_paint_and_head_view_at_full_length(report):
     """The 512-token report in Chromium: painted within 3 s, drawn, the head view answers."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox",
-                                                                    "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        errors, requests = [], []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("request", lambda r: requests.append(r.url))
-        page.goto(report.resolve().as_uri())
-        page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    with open_report(report, viewport=(1300, 1000), timeout_ms=60_000) as opened:
+        page = opened.page
         paint = page.evaluate("() => performance.getEntriesByName('first-paint')[0].startTime")
         assert paint < 3000, paint
         assert page.locator("#hv-q .tok").count() == 512
@@ -166,27 +142,19 @@ def _first_paint_and_head_view_at_full_length(report):
         page.hover("#hv-q .tok[data-index='300']")
         assert page.get_attribute("#hv", "data-lines") == "q300"
         assert page.eval_on_selector("#hv-canvas", "c => c.toDataURL()") != before
-        browser.close()
-    assert errors == []
-    assert all(u.startswith(("file:", "data:")) for u in requests), requests
+    assert opened.errors == [] and opened.offline(), (opened.errors, opened.requests)
 
 
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
                     reason="needs Debian's chromium (apt-get install chromium); .ci/run installs it")
 def test_corpus_report_has_a_text_selector(tmp_path):
-    from playwright.sync_api import sync_playwright
-
     corpus = tmp_path / "texts.txt"
     corpus.write_text("The first sentence.\nA second, longer one about cats.\nThird!\n")
     assert main(["inspect", "--file", str(corpus), "--out", str(tmp_path)]) == 0
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox",
-                                                                    "--disable-gpu"])
-        page = browser.new_page()
-        page.goto((tmp_path / "report.html").resolve().as_uri())
-        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    with open_report(tmp_path / "report.html") as opened:
+        page = opened.page
         assert page.locator("#text option").count() == 3
         n0 = page.locator("#hv-q .tok").count()
         page.select_option("#text", "1")
         assert page.locator("#hv-q .tok").count() != n0         # the second text's tokens
-        browser.close()
+    assert opened.errors == []

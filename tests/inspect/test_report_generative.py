@@ -2,15 +2,14 @@
 
 import json
 import os
-import shutil
 
 import pytest
 import torch
 
 from attnlab.inspect.generative import inspect_dates, inspect_induction
 from attnlab.inspect.report import write_report
+from tests.helpers import CHROMIUM, open_report
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # On CI (.ci/run installs Debian's chromium) these always run; elsewhere they need chromium.
 # The data behind the views is tested without a browser (test_dates_inspection_...).
 browser_needed = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
@@ -39,26 +38,11 @@ def tokenize_source():
     return tokenize("3. März 2021")
 
 
-def _open(path):
-    from playwright.sync_api import sync_playwright
-
-    p = sync_playwright().start()
-    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-    page = browser.new_page(viewport={"width": 1300, "height": 1600})
-    errors, requests = [], []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
-    page.goto(path.resolve().as_uri())
-    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
-    return p, browser, page, errors, requests
-
-
 @browser_needed
 def test_cross_attention_view_in_chromium(dates_ins, tmp_path):
     path = write_report(dates_ins, tmp_path / "report.html", {"model": "dates"})
-    p, browser, page, errors, requests = _open(path)
-    try:
+    with open_report(path) as opened:
+        page = opened.page
         assert page.locator("#text option").count() == 3
         page.select_option("#text", "2")                     # the cross-attention capture
         page.click("button.head[data-layer='1'][data-head='0']")
@@ -68,10 +52,7 @@ def test_cross_attention_view_in_chromium(dates_ins, tmp_path):
         assert page.locator("#hv-k .tok").count() == 7       # source tokens
         page.hover("#hv-q .tok >> nth=0")
         assert page.get_attribute("#hv", "data-lines") == "q0"
-        assert errors == [] and all(u.startswith("file:") for u in requests)
-    finally:
-        browser.close()
-        p.stop()
+    assert opened.errors == [] and opened.offline(), (opened.errors, opened.requests)
 
 
 @browser_needed
@@ -80,11 +61,7 @@ def test_causal_report_in_chromium(tmp_path):
     path = write_report(ins, tmp_path / "report.html", {"model": "induction"})
     data = json.loads(path.read_text().split('id="data">')[1].split("</script>")[0])
     assert "prefix_matching" in data["metrics"] and "ablation" in data["metrics"]
-    p, browser, page, errors, requests = _open(path)
-    try:
-        assert page.locator("button.head").count() == 8
-        assert page.locator("#head-table tr").count() == 9   # header + 8 heads
-        assert errors == []
-    finally:
-        browser.close()
-        p.stop()
+    with open_report(path) as opened:
+        assert opened.page.locator("button.head").count() == 8
+        assert opened.page.locator("#head-table tr").count() == 9   # header + 8 heads
+    assert opened.errors == []
