@@ -22,8 +22,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/attnlab inspect --out out/inspect
 
+# The suite needs chromium, TeX Live (xelatex + ctex) and poppler: installed here when missing.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	bash scripts/system-deps.sh
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py --markdown

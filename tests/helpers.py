@@ -110,6 +110,8 @@ def open_report(path, viewport=(1300, 1600), timeout_ms: int = 10_000):
     within ``timeout_ms``); yields a :class:`ReportPage`. The browser is closed on leaving."""
     from playwright.sync_api import sync_playwright
 
+    assert CHROMIUM is not None, ("no chromium on this machine: `make test` installs it "
+                                  "(bash scripts/system-deps.sh)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

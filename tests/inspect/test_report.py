@@ -2,12 +2,11 @@
 headless Chromium, escapes user text, and opens on a clicked head."""
 
 import json
-import os
 
 import pytest
 
 from attnlab.cli import main
-from tests.helpers import CHROMIUM, open_report
+from tests.helpers import open_report
 
 # One worker builds the report fixture (make test runs xdist with --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("inspect-report")
@@ -47,9 +46,6 @@ def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
 
 
-# On CI (.ci/run installs Debian's chromium) the test always runs; elsewhere it needs chromium.
-@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
-                    reason="needs Debian's chromium (apt-get install chromium); .ci/run installs it")
 def test_report_in_headless_chromium(report, tmp_path):
     from PIL import Image, ImageStat
 
@@ -145,8 +141,6 @@ def _first_paint_and_head_view_at_full_length(report):
     assert opened.errors == [] and opened.offline(), (opened.errors, opened.requests)
 
 
-@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
-                    reason="needs Debian's chromium (apt-get install chromium); .ci/run installs it")
 def test_corpus_report_has_a_text_selector(tmp_path):
     corpus = tmp_path / "texts.txt"
     corpus.write_text("The first sentence.\nA second, longer one about cats.\nThird!\n")

@@ -1,20 +1,14 @@
 """The report of a causal model and of an encoder-decoder, drawn in headless Chromium."""
 
 import json
-import os
 
 import pytest
 import torch
 
 from attnlab.inspect.generative import inspect_dates, inspect_induction
 from attnlab.inspect.report import write_report
-from tests.helpers import CHROMIUM, open_report
+from tests.helpers import open_report
 
-# On CI (.ci/run installs Debian's chromium) these always run; elsewhere they need chromium.
-# The data behind the views is tested without a browser (test_dates_inspection_...).
-browser_needed = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
-                                    reason="needs Debian's chromium (apt-get install chromium); "
-                                    ".ci/run installs it")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +32,6 @@ def tokenize_source():
     return tokenize("3. März 2021")
 
 
-@browser_needed
 def test_cross_attention_view_in_chromium(dates_ins, tmp_path):
     path = write_report(dates_ins, tmp_path / "report.html", {"model": "dates"})
     with open_report(path) as opened:
@@ -55,7 +48,6 @@ def test_cross_attention_view_in_chromium(dates_ins, tmp_path):
     assert opened.errors == [] and opened.offline(), (opened.errors, opened.requests)
 
 
-@browser_needed
 def test_causal_report_in_chromium(tmp_path):
     ins = inspect_induction("5 9 14 22 5 9 14 22")
     path = write_report(ins, tmp_path / "report.html", {"model": "induction"})
