@@ -1,6 +1,11 @@
-"""The package's layering: the library (core, nn, inspect, models) imports neither the command
-line (cli) nor the figures (plots); there are no import cycles; importing any module changes
-no global state (matplotlib's backend, the environment)."""
+"""The package's layering: the folder order is the import order.
+
+One ordered list (docs/architecture.md): each layer imports only from layers to its left, and
+layers that share a place in the list do not import each other. ``_files`` (atomic writes) is a
+leaf below them all; the package's public surface (``attnlab/__init__.py``, ``attnlab.masks``)
+sits with the core. Besides: no import cycles, matplotlib only in ``plots/``, and importing any
+module changes no global state (matplotlib's backend, the environment, another layer's
+registry)."""
 
 import ast
 import subprocess
@@ -10,8 +15,37 @@ from pathlib import Path
 import attnlab
 
 ROOT = Path(attnlab.__file__).parent
-LIBRARY = ("core", "nn", "inspect", "models", "distributed", "diagnose")
-ABOVE = ("cli", "plots")
+LAYERS = (("core",), ("nn", "testing"), ("integrations",), ("distributed",), ("zoo",),
+          ("inspect",), ("diagnose", "models", "explain"), ("bench",), ("plots",), ("cli",))
+# Top-level modules that are not a layer of their own: where they sit in the order.
+PLACED = {"_files": -1, "": 0.5, "masks": 0.5}
+
+
+def rank(module: str) -> float:
+    """The position in LAYERS of ``attnlab.<layer>...`` (-1 for the leaf ``_files``)."""
+    part = module.split(".")[1] if "." in module else ""
+    if part in PLACED:
+        return PLACED[part]
+    for i, layer in enumerate(LAYERS):
+        if part in layer:
+            return i
+    raise AssertionError(f"{module} is in no layer of {LAYERS}; give it a place in the list")
+
+
+def layer_of(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every (importer, imported) pair that goes up the list or sideways within one place."""
+    bad = []
+    for mod, deps in graph.items():
+        for dep in deps:
+            if layer_of(dep) == layer_of(mod):
+                continue
+            if rank(dep) >= rank(mod):
+                bad.append((mod, dep))
+    return sorted(bad)
 
 
 def _module_name(path: Path) -> str:
@@ -46,11 +80,40 @@ def _graph() -> dict[str, set[str]]:
             for name, p in modules.items()}
 
 
-def test_library_never_imports_cli_or_plots():
-    bad = [(mod, dep) for mod, deps in _graph().items()
-           if mod.split(".")[1:2] and mod.split(".")[1] in LIBRARY
-           for dep in deps if dep.split(".")[1:2] and dep.split(".")[1] in ABOVE]
-    assert not bad, f"library modules importing cli/ or plots/: {bad}"
+def test_every_module_has_a_layer():
+    for name in _graph():
+        rank(name)
+
+
+def test_the_folder_order_is_the_import_order():
+    bad = violations(_graph())
+    assert not bad, "imports against the order " + " < ".join(
+        "{" + ", ".join(layer) + "}" for layer in LAYERS) + f": {bad}"
+
+
+def test_a_planted_upward_import_is_caught():
+    graph = {k: set(v) for k, v in _graph().items()}
+    graph["attnlab.core.api"].add("attnlab.inspect.capture")          # core -> inspect
+    graph["attnlab.zoo.dates"].add("attnlab.inspect.capture")         # zoo -> inspect
+    graph["attnlab.nn.multihead"].add("attnlab.testing.compare")      # sideways
+    assert violations(graph) == sorted([("attnlab.core.api", "attnlab.inspect.capture"),
+                                        ("attnlab.nn.multihead", "attnlab.testing.compare"),
+                                        ("attnlab.zoo.dates", "attnlab.inspect.capture")])
+
+
+def test_importing_a_layer_loads_nothing_above_it():
+    # At run time too: importing attnlab (core and its public surface) loads no verification,
+    # no inspection; importing zoo loads nothing of inspect.
+    code = """
+import sys, attnlab, attnlab.masks
+loaded = sorted({m.split('.')[1] for m in sys.modules if m.startswith('attnlab.')})
+assert loaded == ['core', 'masks'], loaded
+import attnlab.zoo
+assert not any(m.startswith('attnlab.inspect') for m in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_only_plots_imports_matplotlib():
@@ -104,7 +167,7 @@ import torch, sklearn, statsmodels.api, transformers, pandas, networkx, scipy
 env = dict(os.environ)
 import attnlab
 names = [m.name for m in pkgutil.walk_packages(attnlab.__path__, "attnlab.")
-         if not m.name.endswith("__main__") and m.name != "attnlab.plotting"]
+         if not m.name.endswith("__main__")]
 for name in names:
     importlib.import_module(name)
 assert matplotlib.get_backend() == "svg", matplotlib.get_backend()

@@ -113,8 +113,9 @@ def test_bad_arguments():
 
 
 def test_register_backend_with_check_runs_the_kit():
-    from attnlab.core.registry import Capabilities, list_backends, register_backend
+    from attnlab.core.registry import Capabilities, list_backends
     from attnlab.core.spec import AttentionOutput
+    from attnlab.testing import register_checked
 
     def good(q, k, v, spec):
         return AttentionOutput(attention(q, k, v, backend="reference", scale=spec.scale))
@@ -124,9 +125,9 @@ def test_register_backend_with_check_runs_the_kit():
 
     caps = Capabilities(exact=False, masks=frozenset())
     with pytest.raises(ValueError, match="failed .* conformance cases"):
-        register_backend("planted", bad, caps, check=True)
+        register_checked("planted", bad, caps)
     assert "planted" not in list_backends()
-    register_backend("planted", good, caps, check=True)
+    register_checked("planted", good, caps)
     try:
         q = torch.randn(1, 1, 3, 4)
         torch.testing.assert_close(attention(q, q, q, backend="planted"),
@@ -134,6 +135,20 @@ def test_register_backend_with_check_runs_the_kit():
     finally:
         from attnlab.core.registry import unregister_backend
         unregister_backend("planted")
+
+
+def test_register_backend_check_true_is_deprecated_but_still_checks():
+    from attnlab.core.registry import Capabilities, list_backends, register_backend
+    from attnlab.core.spec import AttentionOutput
+
+    def bad(q, k, v, spec):                                   # ignores the scale
+        return AttentionOutput(attention(q, k, v, backend="reference", scale=1.0))
+
+    with pytest.warns(DeprecationWarning, match="register_checked"):
+        with pytest.raises(ValueError, match="failed .* conformance cases"):
+            register_backend("planted2", bad, Capabilities(exact=False, masks=frozenset()),
+                             check=True)
+    assert "planted2" not in list_backends()
 
 
 def test_check_module_against_torch():

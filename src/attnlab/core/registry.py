@@ -9,6 +9,8 @@ exact backend able to serve a request.
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -85,9 +87,6 @@ class Backend:
 
 
 _REGISTRY: dict[str, Backend] = {}
-# The conformance kit that register_backend(check=True) runs. attnlab.testing (a layer above
-# the core) installs it when imported, which importing the attnlab package does.
-_VERIFIER: Callable[[str], object] | None = None
 
 
 def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
@@ -97,45 +96,33 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                      overwrite: bool = False) -> Backend:
     """Add a backend under ``name``. Approximate backends (``exact=False``) run only when named.
 
-    ``check`` is either a function ``spec -> reason | None`` saying which requests beyond the
-    capability flags the backend refuses, or ``True``: then the backend is first run through
-    :func:`attnlab.testing.check_backend` (every case its capabilities declare, against the
-    float64 reference) and registered only if it passes; otherwise a ``ValueError`` lists the
-    failing cases and whatever was registered under ``name`` before is kept.
-    ``available`` says why the backend cannot run on this machine at all (None: it can).
+    ``check`` is a function ``spec -> reason | None`` saying which requests beyond the
+    capability flags the backend refuses. ``available`` says why the backend cannot run on this
+    machine at all (None: it can). To run the conformance kit before registering, use
+    :func:`attnlab.testing.register_checked` (``check=True`` is its deprecated spelling).
 
     Example:
         >>> def mine(q, k, v, spec):            # doctest: +SKIP
         ...     ...
         >>> register_backend("mine", mine, Capabilities(lse=True))   # doctest: +SKIP
     """
+    if check is True:
+        # Deprecated for one release: verification lives above the core (attnlab.testing), so
+        # the core reaches it only through this shim, by name, never by an import of its own.
+        warnings.warn("register_backend(..., check=True) is deprecated; use "
+                      "attnlab.testing.register_checked(name, fn, capabilities, ...)",
+                      DeprecationWarning, stacklevel=2)
+        testing = importlib.import_module("attnlab.testing")
+        return testing.register_checked(name, fn, capabilities, description=description,
+                                        cost=cost, available=available, overwrite=overwrite)
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"backend name must be a non-empty string other than 'auto', got {name!r}")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"backend {name!r} is already registered; pass overwrite=True to replace it")
-    verify = check is True
     backend = Backend(name, fn, capabilities, description,
                       **({"cost": cost} if cost is not None else {}),
                       check=None if isinstance(check, bool) else check, available=available)
-    previous = _REGISTRY.get(name)
     _REGISTRY[name] = backend
-    if verify:
-        if _VERIFIER is None:
-            del _REGISTRY[name]
-            if previous is not None:
-                _REGISTRY[name] = previous
-            raise RuntimeError("register_backend(check=True) needs attnlab.testing; import "
-                               "attnlab (the package) first")
-        report = _VERIFIER(name)
-        if not report.passed:
-            if previous is None:
-                del _REGISTRY[name]
-            else:
-                _REGISTRY[name] = previous
-            lines = "; ".join(f"{r.case} [{r.dtype}]: {r.detail}" for r in report.failures[:5])
-            raise ValueError(f"backend {name!r} failed {len(report.failures)} of "
-                             f"{len(report.results)} conformance cases and was not registered "
-                             f"({lines}); run attnlab.testing.check_backend on it for the table")
     return backend
 
 

@@ -35,7 +35,7 @@ from attnlab.testing.module import check_module
 from attnlab.testing.report import CaseResult, CheckReport, Unsupported
 
 __all__ = ["CaseResult", "CheckReport", "FEATURES", "Unsupported", "check_attention",
-           "check_backend", "check_module", "supports_of"]
+           "check_backend", "check_module", "register_checked", "supports_of"]
 
 
 def supports_of(backend: str) -> frozenset[str]:
@@ -125,10 +125,33 @@ def check_attention(fn: Callable, *, supports: Iterable[str] = (), name: str | N
     return report
 
 
-def _install() -> None:
-    from attnlab.core import registry
+def register_checked(name: str, fn, capabilities, *, check=None, overwrite: bool = False,
+                     **options):
+    """Register a backend only if it passes :func:`check_backend`.
 
-    registry._VERIFIER = check_backend
+    The backend is registered under ``name`` (as :func:`attnlab.register_backend` with the same
+    arguments), run through every conformance case its capabilities declare against the
+    float64 reference, and kept only if it passes. Otherwise it is removed, whatever was
+    registered under ``name`` before is put back, and a ``ValueError`` lists the failing cases.
 
+    Example:
+        >>> register_checked("mine", mine, Capabilities(lse=True))   # doctest: +SKIP
+    """
+    from attnlab.core.registry import _REGISTRY, register_backend
 
-_install()
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"backend {name!r} is already registered; pass overwrite=True to "
+                         "replace it")
+    previous = _REGISTRY.get(name)
+    backend = register_backend(name, fn, capabilities, check=check, overwrite=True, **options)
+    report = check_backend(name)
+    if not report.passed:
+        if previous is None:
+            del _REGISTRY[name]
+        else:
+            _REGISTRY[name] = previous
+        lines = "; ".join(f"{r.case} [{r.dtype}]: {r.detail}" for r in report.failures[:5])
+        raise ValueError(f"backend {name!r} failed {len(report.failures)} of "
+                         f"{len(report.results)} conformance cases and was not registered "
+                         f"({lines}); run attnlab.testing.check_backend on it for the table")
+    return backend

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnlab.nn import _recording
 from attnlab.nn.decoder import Transformer
 from attnlab.zoo._train import fit_steps
 
@@ -222,12 +223,8 @@ def alignment_accuracy(model: DatesModel, examples: list[Example], layer: int = 
     mean over heads, teacher-forced) lies on the source token :func:`example` says they read:
     ``"copies"`` for the digits copied from a source digit, ``"names"`` for month digits read
     from a month name."""
-    from attnlab.inspect.capture import record
-
     src, tgt = batch(examples)
-    with record(model) as rec:
-        model(src, tgt[:, :-1])
-    cross = [w for w, k in zip(rec.raw, rec.kinds) if k == "cross"][layer]   # (B, H, T+1, S)
+    cross = _cross_attention(model, src, tgt[:, :-1])[layer]                 # (B, H, T+1, S)
     top = cross.mean(1).argmax(-1)                                           # (B, T+1)
     hits = {"copies": [0, 0], "names": [0, 0]}
     for b, e in enumerate(examples):
@@ -237,6 +234,29 @@ def alignment_accuracy(model: DatesModel, examples: list[Example], layer: int = 
                 h[0] += int(top[b, t]) == at
                 h[1] += 1
     return {k: ok / max(n, 1) for k, (ok, n) in hits.items()}
+
+
+class _Collect:
+    """A listener for :mod:`attnlab.nn._recording`: every (module, weights) the model reports."""
+
+    def __init__(self):
+        self.calls: list[tuple[nn.Module, torch.Tensor]] = []
+
+    def add(self, module: nn.Module, weights: torch.Tensor) -> None:
+        self.calls.append((module, weights))
+
+
+def _cross_attention(model: DatesModel, src: torch.Tensor, tgt_in: torch.Tensor
+                     ) -> list[torch.Tensor]:
+    """The decoder's cross-attention maps ``(B, H, T, S)``, one per decoder layer."""
+    listener = _Collect()
+    token = _recording.push(listener)
+    try:
+        model(src, tgt_in)
+    finally:
+        _recording.pop(token)
+    cross = {id(layer.multihead_attn) for layer in model.transformer.decoder.layers}
+    return [w for m, w in listener.calls if id(m) in cross]
 
 
 @torch.no_grad()
