@@ -3,7 +3,7 @@
 import json
 
 
-from attnlab import bench as B
+from attnlab.bench import cells as B
 from attnlab.cli import main
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.bench_model import METHODS, _forward, passages, run, swapped
+from attnlab.bench.model import METHODS, _forward, passages, run, swapped
 from attnlab.cli import main
 from attnlab.core.registry import list_backends
 from attnlab.nn.bert import load_default

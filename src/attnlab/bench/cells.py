@@ -258,7 +258,3 @@ def ratio(cells: list[dict], group: str, n: int, mode: str, num: str, den: str) 
     a, b = get.get((group, num, n, mode)), get.get((group, den, n, mode))
     return a["time_s"] / b["time_s"] if a and b else None
 
-
-if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--cell":
-    method, group, n, backward, repeats = sys.argv[2:7]
-    print(json.dumps(measure_cell(method, group, int(n), bool(int(backward)), int(repeats))))

@@ -3,7 +3,7 @@
 The dataset descriptions of scikit-learn (``sklearn/datasets/descr/*.rst``) and the docstrings
 of Python's standard library modules, cut into sentences of 5 to 40 words. The corpus of the
 inspection study (``benchmarks/inspect_corpus.py``) and of the approximations' real-model
-study (:mod:`attnlab.bench_model`).
+study (:mod:`attnlab.bench.model`).
 """
 
 from __future__ import annotations
