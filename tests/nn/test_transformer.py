@@ -77,9 +77,6 @@ def test_layer_attention_maps_match_a_manual_call():
     res = layer(x, return_weights=True)
     _, w = layer.self_attn(x, x, x, average_attn_weights=False)
     assert torch.allclose(res.attention, w) and torch.allclose(res.out, layer(x))
-    with pytest.warns(DeprecationWarning, match="return_attention= is deprecated"):
-        old = layer(x, return_attention=True)                 # the old name still works
-    assert torch.equal(old.attention, res.attention)
 
 
 def test_initialization_options():

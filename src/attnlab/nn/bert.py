@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from attnlab.nn._compat import renamed_flag
 from attnlab.nn.transformer import Encoder, EncoderLayer
 
 
@@ -121,15 +120,13 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, return_weights: bool = False,
-                return_hidden_states: bool = False,
-                return_attention: bool | None = None) -> BertOutput:
+                return_hidden_states: bool = False) -> BertOutput:
         """Args:
             input_ids: ``(B, N)`` token ids.
             attention_mask: ``(B, N)`` with Hugging Face's polarity, **1 = real token,
                 0 = padding** (converted here to torch's ``key_padding_mask``, True = padding).
             token_type_ids: ``(B, N)``, default zeros.
-            return_weights: fill ``attentions`` (one ``(B, H, N, N)`` map per layer);
-                ``return_attention`` is its deprecated name.
+            return_weights: fill ``attentions`` (one ``(B, H, N, N)`` map per layer).
             return_hidden_states: fill ``hidden_states``.
         """
         n, limit = input_ids.shape[-1], self.config.max_position_embeddings
@@ -138,8 +135,6 @@ class BertModel(nn.Module):
                              f"model was trained for (max_position_embeddings); cut the text "
                              f"to {limit} tokens, e.g. tokenizer(..., truncation=True, "
                              f"max_length={limit})")
-        return_weights = renamed_flag("BertModel.forward", "return_attention", return_attention,
-                                      "return_weights", return_weights)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         kpm = None if attention_mask is None else attention_mask == 0         # True = padding

@@ -45,7 +45,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnlab.nn._compat import renamed_flag
 from attnlab.nn.multihead import MultiheadAttention
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -172,13 +171,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None, is_causal: bool | None = False,
-                return_weights: bool = False,
-                return_attention: bool | None = None) -> torch.Tensor | EncoderLayerOutput:
+                return_weights: bool = False) -> torch.Tensor | EncoderLayerOutput:
         """Returns the layer output, or an :class:`EncoderLayerOutput` with the per-head
-        attention map ``(B, H, N, N)`` when ``return_weights`` is set (``return_attention``:
-        its deprecated name)."""
-        return_weights = renamed_flag("EncoderLayer.forward", "return_attention",
-                                      return_attention, "return_weights", return_weights)
+        attention map ``(B, H, N, N)`` when ``return_weights`` is set."""
         is_causal = bool(is_causal)     # None (torch's "detect from the mask") = no extra mask
         x = src
         if self.norm_first:
@@ -275,12 +270,9 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None, is_causal: bool | None = None,
-                return_weights: bool = False, return_hidden_states: bool = False,
-                return_attention: bool | None = None) -> torch.Tensor | EncoderOutput:
+                return_weights: bool = False, return_hidden_states: bool = False) -> torch.Tensor | EncoderOutput:
         """The stack's output, or an :class:`EncoderOutput` with every layer's attention map
-        (``return_weights``; ``return_attention`` is its deprecated name) and hidden states."""
-        return_weights = renamed_flag("Encoder.forward", "return_attention", return_attention,
-                                      "return_weights", return_weights)
+        (``return_weights``) and hidden states."""
         # torch's default None means "detect whether mask is causal"; a given mask is applied
         # either way, so None adds no causal mask of its own (True does).
         is_causal = bool(is_causal)
