@@ -34,7 +34,7 @@ def test_explain_random_example_with_window(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, words", [
     (["explain", "--window", "x"], "--window must be"),
-    (["explain", "--n", "0"], "--n must be between"),
+    (["explain", "--n", "0"], "Invalid value for '--n'"),
     (["explain", "--temperature", "-1"], "temperature must be"),
     (["explain", "--bogus"], "No such option"),
     (["nonsense"], "No such command"),
@@ -137,3 +137,23 @@ def test_ctrl_c_exits_130_with_one_line():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "attnlab: interrupted"
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.8])
+def test_ctrl_c_during_start_up_is_one_line_and_130(delay):
+    # Interrupted while Python is still importing torch, typer or the commands: the handler is
+    # installed first, so the same single line and status as later.
+    import signal
+    import time
+
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "attnlab"),
+                             "backends"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=sigint_default)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err and "RecursionError" not in err
+    if proc.returncode == 0:               # it finished before the signal came: nothing to see
+        return
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip().splitlines() == ["attnlab: interrupted"], err

@@ -1,13 +1,15 @@
 """The typer application every command registers on, its console, and the one usage error.
 
-Usage errors print one line on stderr and exit with status 2, never a traceback; the
-library's own errors (``ValueError`` and friends, which name arguments, not flags) are turned
-into usage errors by the commands.
+Usage errors print one line on stderr and exit with status 2, never a traceback. Commands
+register with :func:`command`, which is the one place where the library's own errors
+(``ValueError``, ``TypeError``, ``OSError``: they name arguments and the fix) become usage
+errors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from contextlib import redirect_stdout
 from typing import Optional
@@ -75,6 +77,30 @@ class UsageError(Exception):
     """Bad input from the command line: one line on stderr, exit status 2."""
 
 
+# What the library raises for bad input: the message names the argument and the fix.
+LIBRARY_ERRORS = (ValueError, TypeError, OSError)
+
+
+def command(name: str | None = None, *, on: typer.Typer | None = None, **options):
+    """Register a command on ``app`` (or the sub-application ``on``), with the one mapping of
+    library errors to usage errors: a :data:`LIBRARY_ERRORS` raised while it runs ends the
+    command with its message on one line and exit status 2."""
+    target = app if on is None else on
+
+    def register(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except LIBRARY_ERRORS as exc:
+                raise UsageError(" ".join(str(exc).split())) from None
+
+        target.command(name, **options)(run)
+        return fn
+
+    return register
+
+
 def say(text: str) -> None:
     """A dim progress line."""
     console.print(f"[dim]{text}[/dim]")
@@ -91,12 +117,6 @@ def working(text: str):
         say(f"{text} ...")
         console.file.flush()
         yield
-
-
-def positive(name: str, value: Optional[int]) -> None:
-    """Refuse a flag value below 1."""
-    if value is not None and value < 1:
-        raise UsageError(f"{name} must be a whole number >= 1, got {value}")
 
 
 def parse_window(text: Optional[str]):

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from attnlab.cli.app import UsageError, app, console
+from attnlab.cli.app import UsageError, command, console
 
 
 def _layer_table(diag, title: str) -> Table:
@@ -31,7 +31,7 @@ def _layer_table(diag, title: str) -> Table:
     return table
 
 
-@app.command()
+@command()
 def diagnose(
     text: Optional[str] = typer.Argument(None, help="Text to run the model on (default: a "
                                          "short sentence)."),
@@ -54,12 +54,9 @@ def diagnose(
         raise UsageError(f"--out {out} is a file; give a folder for the figure")
     from attnlab.nn.bert import BertModel, resolve_model_path
     from attnlab.nn.tokenizer import light_tokenizer
-    try:
-        path = resolve_model_path(model)
-        net = BertModel.from_pretrained(path).eval()
-        tok = light_tokenizer(path)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        raise UsageError(f"--model {model}: {exc}") from None
+    path = resolve_model_path(model)
+    net = BertModel.from_pretrained(path).eval()
+    tok = light_tokenizer(path)
     sentence = text or "The animal didn't cross the street because it was too tired."
     batch = tok([sentence], return_tensors="pt", truncation=False)
     n = batch["input_ids"].shape[1]

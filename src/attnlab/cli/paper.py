@@ -9,21 +9,21 @@ from typing import Optional
 
 import typer
 
-from attnlab.cli.app import UsageError, app, console, positive, say, working
+from attnlab.cli.app import UsageError, command, console, say, working
 from attnlab.cli.jobs import ENGINES, write_paper
 
-@app.command("paper")
+@command("paper")
 def paper_cmd(
     example: Optional[str] = typer.Option(None, help="Bundled series: co2, sunspots, elnino "
                                           "or unemployment."),
     csv: Optional[Path] = typer.Option(None, help="CSV with the series instead of --example."),
     target: Optional[str] = typer.Option(None, help="Column of --csv to forecast."),
     time: Optional[str] = typer.Option(None, help="Date column of --csv."),
-    horizon: Optional[int] = typer.Option(None, help="Steps forecast at once."),
-    season: Optional[int] = typer.Option(None, help="Seasonal period."),
-    origins: Optional[int] = typer.Option(None, help="Backtest origins."),
+    horizon: Optional[int] = typer.Option(None, min=1, help="Steps forecast at once."),
+    season: Optional[int] = typer.Option(None, min=1, help="Seasonal period."),
+    origins: Optional[int] = typer.Option(None, min=1, help="Backtest origins."),
     lang: str = typer.Option("en", help="en (pdflatex) or zh (xelatex + ctex)."),
-    seeds: int = typer.Option(5, help="Seeds of the ablation and of the seed sensitivity."),
+    seeds: int = typer.Option(5, min=1, help="Seeds of the ablation and of the seed sensitivity."),
     quick: bool = typer.Option(False, "--quick", help="Few epochs, 2 seeds, 2 values per "
                                "setting: a draft in a minute, not numbers to report."),
     compile_pdf: Optional[bool] = typer.Option(None, "--compile/--no-compile",
@@ -44,60 +44,53 @@ def paper_cmd(
 
     if lang not in LANGS:
         raise UsageError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    positive("--horizon", horizon)
-    positive("--season", season)
-    positive("--origins", origins)
-    positive("--seeds", seeds)
     if compile_pdf and shutil.which(ENGINES[lang]) is None:
         raise UsageError(f"--compile needs {ENGINES[lang]} on the PATH (TeX Live; for --lang zh "
                          "also ctex: Debian's texlive-xetex and texlive-lang-chinese)")
-    try:
-        if example is not None:
-            if csv is not None:
-                raise UsageError("give either --csv or --example, not both")
-            ex = datasets.load_series(example)
-            y, name = ex.y, example
-            horizon, season = horizon or ex.horizon, season or ex.season
-            origins = origins or ex.n_origins
-        else:
-            if csv is None or target is None:
-                raise UsageError("give --example NAME, or --csv F --target COL")
-            y, _ = readers.series_from_csv(csv, target, time, None)
-            name = target
-            season = season or readers.season_of(y.index)
-            horizon, origins = horizon or (season or 12), origins or 10
-        epochs = 15 if quick else 300
-        n_seeds = min(seeds, 2) if quick else seeds
-        model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
-        values = y.to_numpy(dtype=float)
-        with working("backtest"):
-            bt = model.backtest(y, n_origins=origins)
-        with working(f"ablation over {n_seeds} seeds"):
-            ab = ablation(model, values, n_origins=origins, seeds=range(n_seeds), series=name,
-                          progress=None)
-        L = model.effective_lookback
-        grid = {"lookback": [max(2, L // 2), L] + ([] if quick else [L + L // 2]),
-                "hidden_size": [16, 32] + ([] if quick else [64]),
-                "seed": list(range(n_seeds))}
-        sens = {}
-        with working("sensitivity: lookback, hidden size, seed"):
-            for key, vals in grid.items():
-                rows = []
-                for v in vals:
-                    m = model.__class__(**{**model.get_params(), key: v})
-                    try:
-                        r = rolling_origin(m, values, None, n_origins=origins, baselines=())
-                        rows.append((v, r.metrics["attention"]["MASE"]))
-                    except ValueError as exc:           # a lookback the series cannot give
-                        say(f"sensitivity: {key}={v} skipped ({exc})")
-                sens[key] = rows
-        index = getattr(y, "index", None)
-        inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins],
-                             ablation=ab, sensitivity=sens)
-        with jobs.result_folder(out) as d:
-            files = write_paper(d, inputs, lang, compile_pdf, bt.model, bt, index, name)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UsageError(str(exc)) from None
+    if example is not None:
+        if csv is not None:
+            raise UsageError("give either --csv or --example, not both")
+        ex = datasets.load_series(example)
+        y, name = ex.y, example
+        horizon, season = horizon or ex.horizon, season or ex.season
+        origins = origins or ex.n_origins
+    else:
+        if csv is None or target is None:
+            raise UsageError("give --example NAME, or --csv F --target COL")
+        y, _ = readers.series_from_csv(csv, target, time, None)
+        name = target
+        season = season or readers.season_of(y.index)
+        horizon, origins = horizon or (season or 12), origins or 10
+    epochs = 15 if quick else 300
+    n_seeds = min(seeds, 2) if quick else seeds
+    model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
+    values = y.to_numpy(dtype=float)
+    with working("backtest"):
+        bt = model.backtest(y, n_origins=origins)
+    with working(f"ablation over {n_seeds} seeds"):
+        ab = ablation(model, values, n_origins=origins, seeds=range(n_seeds), series=name,
+                      progress=None)
+    L = model.effective_lookback
+    grid = {"lookback": [max(2, L // 2), L] + ([] if quick else [L + L // 2]),
+            "hidden_size": [16, 32] + ([] if quick else [64]),
+            "seed": list(range(n_seeds))}
+    sens = {}
+    with working("sensitivity: lookback, hidden size, seed"):
+        for key, vals in grid.items():
+            rows = []
+            for v in vals:
+                m = model.__class__(**{**model.get_params(), key: v})
+                try:
+                    r = rolling_origin(m, values, None, n_origins=origins, baselines=())
+                    rows.append((v, r.metrics["attention"]["MASE"]))
+                except ValueError as exc:           # a lookback the series cannot give
+                    say(f"sensitivity: {key}={v} skipped ({exc})")
+            sens[key] = rows
+    index = getattr(y, "index", None)
+    inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins],
+                         ablation=ab, sensitivity=sens)
+    with jobs.result_folder(out) as d:
+        files = write_paper(d, inputs, lang, compile_pdf, bt.model, bt, index, name)
     console.print(f"paper written to {out}/: {', '.join(files)}"
                   + ("" if "paper.pdf" in files else
                      f" (compile with: cd {out} && {ENGINES[lang]} paper.tex)"))

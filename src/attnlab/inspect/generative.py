@@ -223,3 +223,24 @@ def inspect_hf(path: Path, text: str) -> Inspection:
         TextMaps(text, None, out_tokens, None, cross.float(), keys=tokens, kind="cross-attention",
                  labels=[["cross"] * cross.shape[1] for _ in range(cross.shape[0])])]
     return ins
+
+
+def model_kind(model: str | Path) -> str:
+    """Which inspection a model gets: ``"encoder"`` (the main job: the embedded
+    all-MiniLM-L6-v2, ``"default"``, or a local BERT folder), ``"induction"`` / ``"dates"`` (the
+    embedded zoo models) or ``"hf"`` (any other local Hugging Face folder: a decoder or an
+    encoder-decoder), decided from the folder's ``config.json``."""
+    if str(model) in ("induction", "dates"):
+        return str(model)
+    config = Path(model) / "config.json"
+    if str(model) != "default" and config.is_file():
+        import json
+
+        try:
+            cfg = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"model {str(model)!r}: {config} is not valid JSON ({exc}); "
+                             "restore the checkpoint's config.json") from None
+        if cfg.get("model_type") not in (None, "bert"):
+            return "hf"
+    return "encoder"
