@@ -1,8 +1,9 @@
 """backend='auto' picks the fastest exact backend able to serve the request."""
 
+import pytest
 import torch
 
-from attnlab import list_backends, which_backend
+from attnlab import attention, list_backends, which_backend
 
 
 def _qkv(n, n_k=None, d=64):
@@ -36,3 +37,25 @@ def test_list_backends_declares_capabilities():
     assert b["reference"].capabilities.weights and b["tiled"].capabilities.lse
     assert all(b[n].capabilities.exact for n in ("reference", "sdpa", "tiled", "blocksparse"))
     assert not any(b[n].capabilities.exact for n in ("performer", "linear", "lsh"))
+
+
+def test_which_backend_takes_exactly_the_keywords_of_attention():
+    import inspect
+
+    def keywords(fn):
+        return {n: p.default for n, p in inspect.signature(fn).parameters.items()
+                if p.kind is p.KEYWORD_ONLY}
+
+    assert keywords(which_backend) == keywords(attention)
+    q = torch.randn(1, 4, 64, 16)
+    kv = torch.randn(1, 2, 64, 16)
+    sinks = torch.zeros(4)
+    # what attention() itself would run, for options that once had to go through build_spec
+    assert which_backend(q, kv, kv, enable_gqa=True, sinks=sinks, softcap=30.0) in (
+        "tiled", "reference")
+    assert which_backend(q, q, q, score_mod=lambda s, b, h, i, j: s + (i - j)) in (
+        "tiled", "reference", "blocksparse")
+    with pytest.raises(TypeError):
+        which_backend(q, q, q, casual=True)                    # a typo is not swallowed
+    with pytest.raises(ValueError, match="temperature"):
+        which_backend(q, q, q, temperature=-1.0)               # the same checks as attention()

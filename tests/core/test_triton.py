@@ -47,8 +47,9 @@ DENSE = {
     "key_padding": lambda s: {"mask": masks.key_padding(torch.tensor([max(s[3] - 4, 1), 0][:s[0]]))},
     "padding+causal": lambda s: {"causal": True,
                                  "mask": masks.key_padding(torch.tensor([s[3], 1][:s[0]]))},
-    "varlen causal": lambda s: {"causal": True, "q_lengths": torch.tensor([s[2], 1][:s[0]]),
-                                "kv_lengths": torch.tensor([max(s[3] - 3, 1), s[3]][:s[0]])},
+    "varlen causal": lambda s: {"mask": masks.varlen(torch.tensor([s[2], 1][:s[0]]),
+                                                     torch.tensor([max(s[3] - 3, 1), s[3]][:s[0]]),
+                                                     causal=True)},
     "softcap": lambda s: {"softcap": 2.0, "window": (4, 4)},
 }
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attnlab.core.backends.tiled as tiled_mod
-from attnlab import attention
+from attnlab import attention, masks
 
 Q_LEN = torch.tensor([5, 9, 1, 0])
 K_LEN = torch.tensor([7, 9, 4, 3])
@@ -31,7 +31,8 @@ def test_each_sequence_attends_as_if_alone(backend, kw, monkeypatch):
     q, k, v = (torch.randn(4, 2, 9, d, generator=g, dtype=torch.float64, requires_grad=True)
                for d in (8, 8, 5))
     want = _per_sequence(q, k, v, **kw)
-    got = attention(q, k, v, q_lengths=Q_LEN, kv_lengths=K_LEN, backend=backend, **kw)
+    fn = masks.varlen(Q_LEN, K_LEN, causal=kw.get("causal", False), window=kw.get("window"))
+    got = attention(q, k, v, mask=fn, backend=backend)
     assert torch.allclose(got, want, atol=1e-12)
     cot = torch.randn(want.shape, generator=g, dtype=torch.float64)
     for a, b in zip(torch.autograd.grad((got * cot).sum(), (q, k, v)),
@@ -43,15 +44,26 @@ def test_padded_alignment_differs_from_per_sequence_alignment():
     # Without lengths, causal aligns to the padded N_q = N_k = 9 (top-left here): sequence 0
     # (5 queries, 7 keys) would let its query 4 see only keys 0..4, not 0..6.
     q = k = v = torch.randn(4, 1, 9, 4, dtype=torch.float64)
-    w = attention(q, k, v, q_lengths=Q_LEN, kv_lengths=K_LEN, causal=True,
+    w = attention(q, k, v, mask=masks.varlen(Q_LEN, K_LEN, causal=True),
                   return_weights=True).weights
     assert (w[0, 0, 4, :7] > 0).all() and (w[0, 0, 4, 7:] == 0).all()
     assert (w[0, 0, 5:] == 0).all()                                 # padding rows
 
 
+def test_the_deprecated_keywords_warn_and_equal_the_mask_function():
+    q = torch.randn(4, 2, 9, 8, dtype=torch.float64)
+    with pytest.warns(DeprecationWarning, match="masks.varlen"):
+        old = attention(q, q, q, q_lengths=Q_LEN, kv_lengths=K_LEN, causal=True)
+    new = attention(q, q, q, mask=masks.varlen(Q_LEN, K_LEN, causal=True))
+    assert torch.equal(old, new)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_bad_lengths():
     q = torch.randn(4, 2, 9, 8)
     with pytest.raises(ValueError, match="kv_lengths must be \\(B,\\) = \\(4,\\) with entries <= 9"):
         attention(q, q, q, kv_lengths=torch.tensor([1, 2, 3, 10]))
     with pytest.raises(ValueError, match="mask function, not a mask tensor"):
         attention(q, q, q, q_lengths=Q_LEN, mask=torch.ones(9, 9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="q_lengths must be >= 0"):
+        masks.varlen(torch.tensor([-1, 2, 3, 4]), K_LEN)

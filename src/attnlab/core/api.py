@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import warnings
 
 import torch
 
@@ -100,10 +101,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
             every row's softmax but carries no value, ``O_i = sum_j exp(S_ij - L_i) v_j`` with
             ``L_i = log(exp(sink) + sum_j exp(S_ij))``; the returned lse is ``L``. Folded in with
             the merge rule on any backend that returns lse; differentiable. Default None.
-        q_lengths, kv_lengths: ``(B,)`` real queries / keys per sequence of a right-padded
-            batch (either defaults to the full length). ``causal`` and ``window`` are then
-            aligned to each sequence's own lengths (FlashAttention's varlen semantics, see
-            :func:`attnlab.masks.varlen`) and padding rows give 0. Default None.
+        q_lengths, kv_lengths: deprecated; pass
+            ``mask=attnlab.masks.varlen(q_lengths, kv_lengths, causal=..., window=...)``
+            (per-sequence lengths of a right-padded batch, FlashAttention's varlen semantics).
         enable_gqa: grouped-query / multi-query attention (as SDPA's ``enable_gqa``): k and v
             have ``H_kv`` heads in dim -3, q has ``H_q``, a multiple of it; query head h uses
             K/V head ``h // (H_q / H_kv)``. K/V are never repeated in memory. Default False.
@@ -129,26 +129,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
                 dropout_p=dropout_p, generator=generator, softcap=softcap, score_mod=score_mod,
                 sinks=sinks, enable_gqa=enable_gqa, q_lengths=q_lengths, kv_lengths=kv_lengths,
                 backend=backend, return_weights=return_weights, return_lse=return_lse))
-    if q_lengths is not None or kv_lengths is not None:
-        mask, causal, window = _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths)
-    spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
-                      temperature=temperature, dropout_p=dropout_p, generator=generator,
-                      softcap=softcap, score_mod=score_mod, enable_gqa=enable_gqa,
-                      return_weights=return_weights,
-                      return_lse=return_lse)
-    sink = _validate_sinks(sinks, spec)
-    if sink is not None:                       # folded in from the backend's (out, lse)
-        spec = dataclasses.replace(spec, need_lse=True)
-        if backend != "auto" and get_backend(backend).why_not(spec) is not None \
-                and not get_backend(backend).capabilities.lse:
-            raise ValueError(f"backend {backend!r} cannot serve sinks: they are merged in from "
-                             "the log-sum-exp, which it does not return; use backend='auto' or "
-                             "one that returns lse (see attnlab.list_backends())")
-    chosen = select_backend(backend, spec)
+    req = _request(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
+                   temperature=temperature, dropout_p=dropout_p, generator=generator,
+                   softcap=softcap, score_mod=score_mod, sinks=sinks, enable_gqa=enable_gqa,
+                   q_lengths=q_lengths, kv_lengths=kv_lengths, backend=backend,
+                   return_weights=return_weights, return_lse=return_lse, stacklevel=3)
+    spec, chosen, sink = req.spec, req.backend, req.sink
     if sink is not None:
-        result = _with_sink(attention(q, k, v, mask=mask, causal=causal, window=window,
-                                      scale=scale, temperature=temperature, dropout_p=dropout_p,
-                                      generator=generator, softcap=softcap, score_mod=score_mod,
+        result = _with_sink(attention(q, k, v, mask=req.mask, causal=req.causal,
+                                      window=req.window, scale=scale, temperature=temperature,
+                                      dropout_p=dropout_p, generator=generator,
+                                      softcap=softcap, score_mod=score_mod,
                                       enable_gqa=enable_gqa, backend=chosen.name,
                                       return_weights=return_weights, return_lse=True), sink)
         return result if return_weights or return_lse else result.out
@@ -164,10 +155,69 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
     return result.out
 
 
-def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend: str = "auto",
-                  **kwargs) -> str:
-    """The name of the backend :func:`attention` would run for these arguments."""
-    return select_backend(backend, build_spec(q, k, v, **kwargs)).name
+def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
+                  causal: bool = False,
+                  window: int | tuple[int | None, int | None] | None = None,
+                  scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
+                  generator: torch.Generator | None = None, softcap: float | None = None,
+                  score_mod=None, sinks: torch.Tensor | None = None, enable_gqa: bool = False,
+                  q_lengths: torch.Tensor | None = None, kv_lengths: torch.Tensor | None = None,
+                  backend: str = "auto", return_weights: bool = False,
+                  return_lse: bool = False) -> str:
+    """The name of the backend :func:`attention` would run for exactly these arguments.
+
+    Takes :func:`attention`'s keywords, checked by the same request builder, so a request
+    attention() refuses is refused here with the same message.
+
+    Example:
+        >>> q = torch.randn(1, 8, 4096, 64)
+        >>> which_backend(q, q, q, window=(256, 256))
+        'blocksparse'
+    """
+    return _request(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
+                    temperature=temperature, dropout_p=dropout_p, generator=generator,
+                    softcap=softcap, score_mod=score_mod, sinks=sinks, enable_gqa=enable_gqa,
+                    q_lengths=q_lengths, kv_lengths=kv_lengths, backend=backend,
+                    return_weights=return_weights, return_lse=return_lse,
+                    stacklevel=3).backend.name
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """A checked call: the spec, the backend that serves it, the sinks as ``(*batch, 1)``
+    logits (or None), and the masks after per-sequence lengths were folded in."""
+
+    spec: object
+    backend: object
+    sink: torch.Tensor | None
+    mask: object
+    causal: bool
+    window: object
+
+
+def _request(q, k, v, *, mask, causal, window, scale, temperature, dropout_p, generator,
+             softcap, score_mod, sinks, enable_gqa, q_lengths, kv_lengths, backend,
+             return_weights, return_lse, stacklevel) -> _Request:
+    """The one request builder of :func:`attention` and :func:`which_backend`."""
+    if q_lengths is not None or kv_lengths is not None:
+        warnings.warn("attention(q_lengths=, kv_lengths=) is deprecated and will be removed in "
+                      "the next release; pass mask=attnlab.masks.varlen(q_lengths, kv_lengths, "
+                      "causal=..., window=...) instead", DeprecationWarning,
+                      stacklevel=stacklevel)
+        mask, causal, window = _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths)
+    spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
+                      temperature=temperature, dropout_p=dropout_p, generator=generator,
+                      softcap=softcap, score_mod=score_mod, enable_gqa=enable_gqa,
+                      return_weights=return_weights, return_lse=return_lse)
+    sink = _validate_sinks(sinks, spec)
+    if sink is not None:                       # folded in from the backend's (out, lse)
+        spec = dataclasses.replace(spec, need_lse=True)
+        if backend != "auto" and get_backend(backend).why_not(spec) is not None \
+                and not get_backend(backend).capabilities.lse:
+            raise ValueError(f"backend {backend!r} cannot serve sinks: they are merged in from "
+                             "the log-sum-exp, which it does not return; use backend='auto' or "
+                             "one that returns lse (see attnlab.list_backends())")
+    return _Request(spec, select_backend(backend, spec), sink, mask, causal, window)
 
 
 def attend(scores: torch.Tensor, v: torch.Tensor, *, mask=None, causal: bool = False,

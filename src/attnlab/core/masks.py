@@ -152,7 +152,7 @@ def key_padding(lengths: torch.Tensor | Sequence[int]) -> MaskFn:
 
 
 def varlen(q_lengths: torch.Tensor, kv_lengths: torch.Tensor, *, causal: bool = False,
-           window: tuple[int | None, int | None] | None = None) -> MaskFn:
+           window: int | tuple[int | None, int | None] | None = None) -> MaskFn:
     """Per-sequence lengths in a right-padded batch, with causal / window aligned to each
     sequence's own lengths (FlashAttention's varlen semantics).
 
@@ -160,8 +160,14 @@ def varlen(q_lengths: torch.Tensor, kv_lengths: torch.Tensor, *, causal: bool = 
     of its rows. Query i of b sits at key position ``p = i + kv_lengths[b] - q_lengths[b]``
     (bottom-right alignment per sequence, not for the padded lengths); causal keeps
     ``j <= p``, ``window=(left, right)`` keeps ``p - left <= j <= p + right``. Padding queries
-    and keys are masked, so padding rows give output 0.
+    and keys are masked, so padding rows give output 0. ``window=w`` means ``(w, w)``.
+
+    Example:
+        >>> fn = varlen(torch.tensor([5, 9]), torch.tensor([7, 9]), causal=True)
+        >>> out = attnlab.attention(q, k, v, mask=fn)          # doctest: +SKIP
     """
+    if isinstance(window, int) and not isinstance(window, bool):
+        window = (_check_int("window", window), window)
     ql, kl = torch.as_tensor(q_lengths), torch.as_tensor(kv_lengths)
     for name, t in (("q_lengths", ql), ("kv_lengths", kl)):
         if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
