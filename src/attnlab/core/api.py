@@ -333,7 +333,7 @@ def _with_sink(res: AttentionOutput, sink: torch.Tensor) -> AttentionOutput:
 def _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths):
     """Fold per-sequence lengths (and the causal / window they align) into one mask function."""
     from attnlab.core import masks
-    from attnlab.core.spec import _validate_window
+    from attnlab.core._geometry import validate_window
 
     if q.dim() < 3:
         raise ValueError(f"q_lengths / kv_lengths need a batch dim: q of shape (B, [H,] N, D), "
@@ -350,7 +350,7 @@ def _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths):
                              f"length), got {t.tolist() if t.dim() == 1 else tuple(t.shape)}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {describe(causal)}")
-    fn = masks.varlen(ql, kl, causal=causal, window=_validate_window(window))
+    fn = masks.varlen(ql, kl, causal=causal, window=validate_window(window))
     if mask is None:
         combined = fn
     elif callable(mask) and not isinstance(mask, torch.Tensor):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core import masks as M
-from attnlab.core.masks import band_range
+from attnlab.core._geometry import band_range, tile_of
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,7 +140,7 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
                               q_range=(q0, q1), kv_range=(k0, k1)) if fn is not None else
                 torch.ones(bm, hm, q1 - q0, k1 - k0, dtype=torch.bool, device=device))
         if dense is not None:
-            keep = (keep & M.tile_of(dense, (q0, q1), (k0, k1))).expand(bm, hm, q1 - q0,
+            keep = (keep & tile_of(dense, (q0, q1), (k0, k1))).expand(bm, hm, q1 - q0,
                                                                            k1 - k0)
         # pad to whole tiles: rows past n_q and keys past n_k are never kept
         keep = torch.nn.functional.pad(keep, (0, (kb_hi - kb_lo) * bk - (k1 - k0), 0, bq - (q1 - q0)))

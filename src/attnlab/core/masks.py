@@ -29,6 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
+# The band geometry lives in core._geometry; these names stay importable from here.
+from attnlab.core._geometry import BandRange, band_range, tile_of  # noqa: F401
+
 MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 __all__ = [
@@ -303,73 +306,3 @@ def to_additive(keep: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
         raise TypeError(f"keep must be a bool tensor (True = may attend), got {keep.dtype}")
     bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
     return bias.masked_fill_(~keep, float("-inf"))
-
-
-class BandRange(tuple):
-    """Keys of a band for a block of query rows: ``(lo, hi, full_lo, full_hi)``.
-
-    ``[lo, hi)`` holds every key that *some* row of the block may attend, ``[full_lo,
-    full_hi)`` the keys that *every* row may attend (empty when ``full_lo >= full_hi``).
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, lo: int, hi: int, full_lo: int, full_hi: int):
-        return super().__new__(cls, (lo, hi, full_lo, full_hi))
-
-    lo = property(lambda self: self[0])
-    hi = property(lambda self: self[1])
-    full_lo = property(lambda self: self[2])
-    full_hi = property(lambda self: self[3])
-
-    def tile_kind(self, j0: int, j1: int) -> str:
-        """``'skip'`` if keys ``[j0, j1)`` hold nothing of the band, ``'full'`` if every row
-        keeps all of them, else ``'partial'``."""
-        if j1 <= self.lo or j0 >= self.hi:
-            return "skip"
-        return "full" if self.full_lo <= j0 and j1 <= self.full_hi else "partial"
-
-
-def band_range(band: tuple[int | None, int | None] | None, offset: int, q0: int, q1: int,
-               n_k: int | None) -> BandRange:
-    """The one band geometry: which keys query rows ``q0 .. q1-1`` need.
-
-    Query i sits at key position ``p = i + offset`` (bottom-right alignment) and the band
-    ``(left, right)`` keeps ``p - left <= j <= p + right`` (None: unbounded on that side). With
-    ``n_k`` the ranges are clipped to ``[0, n_k]``; with ``n_k=None`` they are not (block
-    geometry that must stay translation invariant).
-
-    Example:
-        >>> band_range((2, 0), 0, 4, 8, 16)     # causal window of 2 keys, rows 4..7
-        (2, 8, 5, 5)
-    """
-    lo_cap, hi_cap = (0, n_k) if n_k is not None else (None, None)
-    left, right = band if band is not None else (None, None)
-    p_lo, p_hi = q0 + offset, q1 - 1 + offset                   # aligned positions of the rows
-
-    def clip(x: int | None, default: int | None) -> int | None:
-        if x is None:
-            return default
-        if lo_cap is not None:
-            x = min(max(x, lo_cap), hi_cap)
-        return x
-
-    lo = clip(None if left is None else p_lo - left, lo_cap)
-    hi = clip(None if right is None else p_hi + right + 1, hi_cap)
-    full_lo = clip(None if left is None else p_hi - left, lo_cap)
-    full_hi = clip(None if right is None else p_lo + right + 1, hi_cap)
-    if lo is not None and hi is not None and hi < lo:
-        hi = lo
-    return BandRange(lo, hi, full_lo, full_hi)
-
-
-def tile_of(mask: torch.Tensor, q_range: tuple[int, int], kv_range: tuple[int, int]) -> torch.Tensor:
-    """The ``[q0:q1, k0:k1]`` tile of a mask that broadcasts to ``(..., N_q, N_k)``: a size-1
-    query or key dim (a padding mask ``(B, 1, 1, N_k)``, a per-query mask ``(N_q, 1)``) is
-    kept at size 1 and broadcasts over the tile, instead of being sliced to size 0."""
-    (q0, q1), (k0, k1) = q_range, kv_range
-    if mask.dim() == 1:                                    # (N_k,) broadcasts as (1, N_k)
-        mask = mask.unsqueeze(0)
-    rows = slice(None) if mask.shape[-2] == 1 else slice(q0, q1)
-    cols = slice(None) if mask.shape[-1] == 1 else slice(k0, k1)
-    return mask[..., rows, cols]

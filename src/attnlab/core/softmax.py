@@ -64,11 +64,31 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor,
     Example:
         >>> o, lse = merge_partials(o1, lse1, o2, lse2)   # doctest: +SKIP
     """
-    lse = torch.logaddexp(lse_a, lse_b)                  # (..., N_q); -inf only if both are
-    lse_safe = finite_or_zero(lse)
-    w_a = torch.exp(lse_a - lse_safe).unsqueeze(-1)       # (..., N_q, 1), 0 where lse_a = -inf
-    w_b = torch.exp(lse_b - lse_safe).unsqueeze(-1)
-    return w_a * out_a + w_b * out_b, lse
+    out, m, r = merge_split(out_a, lse_a, 0.0, out_b, lse_b, 0.0)
+    return out, m + r
+
+
+def merge_split(out_a: torch.Tensor, m_a: torch.Tensor, r_a, out_b: torch.Tensor,
+                m_b: torch.Tensor, r_b, *, base2: bool = False):
+    """The merge rule with each lse held in two parts, ``lse = m + r``: ``m`` a row shift (the
+    largest score seen) and ``r = log sum exp(s - m)``, small.
+
+    Under a huge additive mask (``finfo.min``, -1e9 on every key of a row) ``m`` is huge and
+    ``m + r`` rounds ``r`` away; kept apart, ``exp(s - m - r)`` is still the softmax (the
+    backward passes recompute it this way). With ``base2`` every log and exp is base 2 (the
+    scores are in units of log2 e). Returns ``(out, m, r)``; a row with no key in either part
+    gives ``out = 0``, ``m = r = -inf``. :func:`merge_partials` is this with ``r = 0``.
+    """
+    exp, logaddexp = (torch.exp2, torch.logaddexp2) if base2 else (torch.exp, torch.logaddexp)
+    m = torch.maximum(m_a, m_b)                          # (..., N_q)
+    m_safe = finite_or_zero(m)
+    x_a = (m_a - m_safe) + r_a                           # the parts' lse relative to m
+    x_b = (m_b - m_safe) + r_b
+    r = logaddexp(x_a, x_b)                              # -inf only if both parts are empty
+    r_safe = finite_or_zero(r)
+    w_a = exp(x_a - r_safe).unsqueeze(-1)                # (..., N_q, 1), 0 for an empty part
+    w_b = exp(x_b - r_safe).unsqueeze(-1)
+    return w_a * out_a + w_b * out_b, torch.where(torch.isneginf(r), r, m), r
 
 
 def block_lse(m: torch.Tensor, l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

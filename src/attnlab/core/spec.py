@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from attnlab.core import masks as M
+from attnlab.core._geometry import fold_band, validate_window
 from attnlab.core.dropout import draw_seed
 
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
@@ -104,12 +105,7 @@ class AttentionSpec:
     @property
     def band(self) -> tuple[int | None, int | None] | None:
         """Causal and window folded into one ``(left, right)`` band, or None if unbounded."""
-        left, right = self.window if self.window is not None else (None, None)
-        if self.causal:
-            right = 0 if right is None else min(right, 0)
-        if left is None and right is None:
-            return None
-        return left, right
+        return fold_band(self.causal, self.window)
 
     @property
     def entries(self) -> int:
@@ -315,20 +311,6 @@ def _validate_score_mod(score_mod: Any, batch_shape: tuple[int, ...]) -> tuple:
     return tuple(captured_tensors(score_mod)) if torch.is_grad_enabled() else ()
 
 
-def _validate_window(window: Any) -> tuple[int | None, int | None] | None:
-    if window is None:
-        return None
-    pair = (window, window) if isinstance(window, int) and not isinstance(window, bool) else window
-    ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-        w is None or (isinstance(w, int) and not isinstance(w, bool) and w >= 0) for w in pair)
-    if not ok:
-        raise ValueError(f"window must be an int >= 0 or a pair (left, right) of ints >= 0 (None for "
-                         f"unbounded), got {window!r}; e.g. window=(128, 0) for causal local attention")
-    if pair[0] is None and pair[1] is None:
-        return None                                   # unbounded on both sides: no window
-    return int(pair[0]) if pair[0] is not None else None, int(pair[1]) if pair[1] is not None else None
-
-
 _FIX = {"scale": "leave it None for 1/sqrt(D_k)", "temperature": "use 1.0 for plain softmax",
         "softcap": "leave it None for no capping, or give the cap c (Gemma 2 uses 50)"}
 
@@ -389,7 +371,7 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
     return AttentionSpec(
         batch_shape=tuple(batch_shape), n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, dtype=dtype,
         device=device, mask=mask_t, mask_fn=mask_fn, causal=causal,
-        window=_validate_window(window), scale=scale_f, temperature=temp, softcap=cap,
+        window=validate_window(window), scale=scale_f, temperature=temp, softcap=cap,
         kv_groups=kv_groups, score_mod=score_mod, captured=tuple(captured),
         dropout_p=float(dropout_p),
         dropout_seed=draw_seed(generator) if dropout_p > 0 else None, need_weights=return_weights,

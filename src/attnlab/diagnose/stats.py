@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attnlab.core.masks import tile_of
+from attnlab.core._geometry import tile_of
 from attnlab.core.spec import build_spec
 
 SATURATED = 0.99        # a row whose largest weight exceeds this counts as saturated

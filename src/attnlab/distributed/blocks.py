@@ -19,7 +19,8 @@ from attnlab.core import masks as M
 from attnlab.core.api import attention, no_dispatch
 from attnlab.core.backends.tiled import block_backward
 from attnlab.core.softmax import merge_partials
-from attnlab.core.spec import _validate_window, build_spec
+from attnlab.core import _geometry as G
+from attnlab.core.spec import build_spec
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import DTYPES
 
@@ -44,23 +45,7 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def band_of(causal: bool, window) -> tuple[int | None, int | None] | None:
     """Causal and window folded into one (left, right) band, None when unbounded."""
-    band = _validate_window(window)
-    if causal:
-        band = (band[0] if band is not None else None, 0)
-    return band
-
-
-def _visible(band, offset: int, q: tuple[int, int], k: tuple[int, int]) -> bool:
-    """Whether any query in global range q sees any key in global range k under the band."""
-    (q0, q1), (k0, k1) = q, k
-    if q1 <= q0 or k1 <= k0:
-        return False
-    if band is None:
-        return True
-    left, right = band
-    lo = k0 if left is None else max(k0, q0 + offset - left)
-    hi = k1 - 1 if right is None else min(k1 - 1, q1 - 1 + offset + right)
-    return lo <= hi
+    return G.fold_band(causal, G.validate_window(window))
 
 
 def plan_steps(q_ranges, k_ranges, band, offset: int, mask_fn) -> int:
@@ -73,7 +58,7 @@ def plan_steps(q_ranges, k_ranges, band, offset: int, mask_fn) -> int:
     for t in range(1, world):
         for r in range(world):
             src = (r - t) % world
-            if any(_visible(band, offset, qr, kr) for qr in q_ranges[r] for kr in k_ranges[src]):
+            if any(G.visible(band, offset, qr, kr) for qr in q_ranges[r] for kr in k_ranges[src]):
                 need = t
     return need
 
@@ -82,32 +67,23 @@ def _piece_options(key_mask, gq: tuple[int, int], gk: tuple[int, int], opts: Opt
     """The core's keyword arguments for one (query piece, key piece) block at global ranges
     ``gq``, ``gk``: the global band as the block's own window, the mask function shifted to
     global indices, the key mask."""
-    (q0, q1), (k0, k1) = gq, gk
-    n_q, n_k = q1 - q0, k1 - k0
+    q0, k0 = gq[0], gk[0]
     fns: list = []
     window = None
-    if opts.band is not None:
+    kind, value = G.block_band(opts.band, opts.offset, gq, gk)
+    if kind == "window":
+        window = value
+    elif kind == "shift":                               # an alignment no window expresses
         left, right = opts.band
-        e = q0 - k0 + opts.offset - (n_k - n_q)         # the piece's shift of the alignment
-        lo_l = None if left is None else left - e
-        lo_r = None if right is None else right + e
-        covers = ((left is None or q1 - 1 + opts.offset - left <= k0)
-                  and (right is None or q0 + opts.offset + right >= k1 - 1))
-        if covers:
-            window = None
-        elif (lo_l is None or lo_l >= 0) and (lo_r is None or lo_r >= 0):
-            window = (lo_l, lo_r)
-        else:                                           # an alignment the core cannot express
-            d = q0 - k0 + opts.offset
 
-            def band_fn(b, h, qi, ki, d=d, left=left, right=right):
-                keep = torch.ones_like(qi + ki, dtype=torch.bool)
-                if left is not None:
-                    keep = keep & (ki >= qi + d - left)
-                if right is not None:
-                    keep = keep & (ki <= qi + d + right)
-                return keep
-            fns.append(band_fn)
+        def band_fn(b, h, qi, ki, d=value, left=left, right=right):
+            keep = torch.ones_like(qi + ki, dtype=torch.bool)
+            if left is not None:
+                keep = keep & (ki >= qi + d - left)
+            if right is not None:
+                keep = keep & (ki <= qi + d + right)
+            return keep
+        fns.append(band_fn)
     if opts.mask_fn is not None:
         fn = opts.mask_fn
         fns.append(lambda b, h, qi, ki, fn=fn: fn(b, h, qi + q0, ki + k0))
@@ -138,27 +114,6 @@ def _piece_call(q, k, v, key_mask, gq, gk, opts: Options):
                         **_piece_options(key_mask, gq, gk, opts))
     return res.out, res.lse
 
-def _trim(band, offset: int, q: tuple[int, int], k: tuple[int, int]):
-    """Shrink a block to the keys some query sees and the queries that see some key (rows and
-    columns outside hold nothing under the band); None when nothing is left."""
-    (q0, q1), (k0, k1) = q, k
-    if band is None:
-        return q, k
-    left, right = band
-    if left is not None:
-        k0 = max(k0, q0 + offset - left)
-        q1 = min(q1, k1 - 1 - offset + left + 1)
-    if right is not None:
-        k1 = min(k1, q1 - 1 + offset + right + 1)
-        q0 = max(q0, k0 - offset - right)
-    if left is not None:                    # the key range may have shrunk with the rows
-        k0 = max(k0, q0 + offset - left)
-    if right is not None:
-        k1 = min(k1, q1 - 1 + offset + right + 1)
-    if q1 <= q0 or k1 <= k0:
-        return None
-    return (q0, q1), (k0, k1)
-
 
 def pieces(q_ranges, k_ranges, opts: Options):
     """The visible (local q slice, global q range, local k slice, global k range) blocks, each
@@ -166,9 +121,7 @@ def pieces(q_ranges, k_ranges, opts: Options):
     express the band and the backends skip what it excludes)."""
     for lq0, lq1, gq0, gq1 in L.local_slices(q_ranges):
         for lk0, lk1, gk0, gk1 in L.local_slices(k_ranges):
-            if not _visible(opts.band, opts.offset, (gq0, gq1), (gk0, gk1)):
-                continue
-            trimmed = _trim(opts.band, opts.offset, (gq0, gq1), (gk0, gk1))
+            trimmed = G.trim(opts.band, opts.offset, (gq0, gq1), (gk0, gk1))
             if trimmed is None:
                 continue
             (a0, a1), (b0, b1) = trimmed

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core.softmax import NEG_INF
-from attnlab.core.spec import _validate_window
+from attnlab.core._geometry import validate_window
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import agree, check_local, checked_locally, masks_of
 from attnlab.distributed._comm import Comm, guarded
@@ -221,7 +221,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
 def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, layout, backend,
                block_dtype, return_lse, stats):
     L.check_layout(layout)
-    band_given = _validate_window(window)
+    band_given = validate_window(window)
     band = band_of(causal, window)
     lengths = agree(comm, q, k, v, key_mask, mask, causal, band_given, layout, scale, softcap,
                     "ring_attention")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.core.api import attention, no_dispatch
-from attnlab.core.spec import _validate_window
+from attnlab.core._geometry import validate_window
 from attnlab.distributed import layout as L
 from attnlab.distributed._comm import Comm, guarded
 from attnlab.distributed._checks import agree, checked_locally
@@ -83,7 +83,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, grou
 def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, layout, backend,
                   return_lse, stats):
     L.check_layout(layout)
-    band_given = _validate_window(window)
+    band_given = validate_window(window)
     lengths = agree(comm, q, k, v, key_mask, mask, causal, band_given, layout, scale, softcap,
                     "ulysses_attention")
     n_qs, n_ks = [a for a, _ in lengths], [b for _, b in lengths]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.core.dropout import keep_mask
-from attnlab.core.masks import band_range
+from attnlab.core._geometry import band_range
 from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero
 from attnlab.core.spec import AttentionSpec
 

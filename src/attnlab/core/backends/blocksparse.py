@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
 from attnlab.core.layout import BlockLayout, block_layout
-from attnlab.core.masks import band_range
+from attnlab.core._geometry import band_range
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.score_mod import TileGrad
 from attnlab.core.score_mod import apply as apply_score_mod

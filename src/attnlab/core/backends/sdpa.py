@@ -8,6 +8,9 @@ Differences it hides:
 * **Temperature** is folded into SDPA's ``scale`` argument (scale / temperature).
 * **Fully masked rows.** Some SDPA kernels (and older torch releases) return NaN there. We
   unmask such rows before the call and zero them after, so output and gradients are exactly 0.
+* **Huge additive masks.** A float mask is shifted by each row's largest entry, so rows where
+  every key carries ``finfo.min`` or -1e9 get the formula's gradient (torch's backward
+  recomputes the probabilities from one log-sum-exp, which such a mask rounds away).
 
 SDPA returns neither weights nor lse, and its dropout draws from torch's global generator, not
 the caller's, so those requests go to other backends.
@@ -43,8 +46,14 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         bias = bias.to(q.dtype)
         if keep is not None:
             bias = bias.masked_fill(~keep, float("-inf"))
-        empty = torch.isneginf(bias).all(dim=-1, keepdim=True)   # (..., N_q, 1)
-        attn_mask = bias.masked_fill(empty, 0.0)
+        # Each row's largest entry is subtracted (a constant per row: the softmax and the
+        # formula's gradient are unchanged). A row whose every score carries a huge mask
+        # (finfo.min, -1e9: left padding) then keeps its own scores instead of sums that
+        # round them away, and torch's backward, which recomputes P from a single lse, gets
+        # it right (without the shift P = 1 instead of 1/N on such rows).
+        top = bias.detach().amax(dim=-1, keepdim=True)            # (..., N_q, 1)
+        empty = torch.isneginf(top)
+        attn_mask = (bias - top.masked_fill(empty, 0.0)).masked_fill(empty, 0.0)
     else:
         empty = ~keep.any(dim=-1, keepdim=True)
         attn_mask = keep | empty

@@ -1,0 +1,132 @@
+"""The hot paths as ratios to their peers, measured in one process, and compared with the ratios
+recorded in docs/benchmarks.md.
+
+    python benchmarks/bench_ratios.py            # measure and print the four ratios
+    python benchmarks/bench_ratios.py --check    # also compare with docs/benchmarks.md; exit 1
+                                                 # when a ratio is worse than recorded by > --slack
+
+The four ratios (B=1, H=8, D=64, float32):
+
+* ``tiled / sdpa, N=4096, fwd`` and ``fwd+bwd``: the flash-style tiled backend against
+  PyTorch's fused SDPA, dense attention (lower is better; 1.0 = as fast as SDPA);
+* ``sdpa+mask / blocksparse, N=16384, window 256, fwd`` and ``fwd+bwd``: SDPA with the
+  equivalent dense bool mask (built before timing) against blocksparse's band path (higher is
+  better).
+
+Calls of the two sides alternate, and each side's time is the minimum over the rounds, so a
+load that comes and goes on a shared machine hits both alike. Ratios, not seconds, are what
+stay comparable between machines and days.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attnlab import attention
+from attnlab.bench import machine
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+B, H, D = 1, 8, 64
+WINDOW = 256
+# name -> (higher is better?)
+RATIOS = {
+    "tiled / sdpa, N=4096, fwd": False,
+    "tiled / sdpa, N=4096, fwd+bwd": False,
+    "sdpa+mask / blocksparse, N=16384, window 256, fwd": True,
+    "sdpa+mask / blocksparse, N=16384, window 256, fwd+bwd": True,
+}
+
+
+def _step(fn, q, k, v, backward):
+    def run():
+        out = fn(q, k, v)
+        if backward:
+            out.backward(torch.ones_like(out))
+            q.grad = k.grad = v.grad = None
+    return run
+
+
+def _pair(n, backward, a, b, rounds):
+    """min seconds of a and of b, calls alternating."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, n, D, requires_grad=backward) for _ in range(3))
+    fa, fb = _step(a, q, k, v, backward), _step(b, q, k, v, backward)
+    fa(), fb()                                          # warm-up
+    ta, tb = [], []
+    for _ in range(rounds):
+        for f, t in ((fa, ta), (fb, tb)):
+            start = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - start)
+    return min(ta), min(tb)
+
+
+def measure(rounds: int = 5) -> dict[str, float]:
+    out = {}
+    for backward, mode in ((False, "fwd"), (True, "fwd+bwd")):
+        t_tiled, t_sdpa = _pair(4096, backward,
+                                lambda q, k, v: attention(q, k, v, backend="tiled"),
+                                lambda q, k, v: attention(q, k, v, backend="sdpa"), rounds)
+        out[f"tiled / sdpa, N=4096, {mode}"] = t_tiled / t_sdpa
+    n = 16384
+    i = torch.arange(n)
+    dense = (i[None, :] - i[:, None]).abs() <= WINDOW              # (N, N) bool, built once
+    for backward, mode in ((False, "fwd"), (True, "fwd+bwd")):
+        t_sdpa, t_bs = _pair(
+            n, backward,
+            lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=dense),
+            lambda q, k, v: attention(q, k, v, window=(WINDOW, WINDOW),
+                                      backend="blocksparse"),
+            max(2, rounds // 2))
+        out[f"sdpa+mask / blocksparse, N={n}, window {WINDOW}, {mode}"] = t_sdpa / t_bs
+    return out
+
+
+def recorded(doc: Path = DOC) -> dict[str, float]:
+    """The ratios of the table under '## Hot-path ratios' in docs/benchmarks.md."""
+    text = doc.read_text(encoding="utf-8")
+    part = text.split("## Hot-path ratios", 1)[-1].split("\n## ", 1)[0]
+    found = {}
+    for line in part.splitlines():
+        m = re.match(r"\|\s*(.+?)\s*\|\s*([0-9.]+)x?\s*\|", line)
+        if m and m.group(1) in RATIOS:
+            found[m.group(1)] = float(m.group(2))
+    return found
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true",
+                   help="compare with the ratios recorded in docs/benchmarks.md")
+    p.add_argument("--slack", type=float, default=0.10,
+                   help="allowed relative worsening before --check fails (default 0.10)")
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args(argv)
+    print(f"machine: {machine()}")
+    got = measure(args.rounds)
+    was = recorded() if args.check else {}
+    worse = []
+    for name, value in got.items():
+        line = f"{name}: {value:.2f}x"
+        if name in was:
+            higher = RATIOS[name]
+            change = value / was[name] if higher else was[name] / value
+            line += f"  (recorded {was[name]:.2f}x: {'ok' if change >= 1 - args.slack else 'WORSE'})"
+            if change < 1 - args.slack:
+                worse.append(name)
+        print(line)
+    if args.check and not was:
+        print("no '## Hot-path ratios' table in docs/benchmarks.md", file=sys.stderr)
+        return 1
+    return 1 if worse else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

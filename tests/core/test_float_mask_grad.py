@@ -1,0 +1,79 @@
+"""Float masks that require grad (T5's learned position bias, ALiBi slopes as a bias tensor)
+get the formula's gradient on every backend that takes them, and rows where every score
+carries a huge additive mask (left padding) get the formula's gradient too."""
+
+import pytest
+import torch
+
+from attnlab import attention
+from attnlab.core.backends import tiled
+from tests.helpers import max_err, run
+
+BACKENDS = ["reference", "sdpa", "tiled"]
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (1, 3, 5, 7), (2, 1, 1, 7), (2, 3, 5, 1)], ids=str)
+@pytest.mark.parametrize("n_tiles", [1, 4])
+def test_tiled_float_mask_gradient_is_the_reference_one(shape, n_tiles):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64, requires_grad=True)
+               for n in (5, 7, 7))
+    bias = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+    grads = {}
+    for backend in ("reference", "tiled"):
+        with tiled.tile_sizes(2, 3) if n_tiles > 1 else tiled.tile_sizes(512, 1024):
+            out = attention(q, k, v, mask=bias, backend=backend, causal=True)
+        cot = torch.randn(out.shape, generator=torch.Generator().manual_seed(1),
+                          dtype=torch.float64)
+        grads[backend] = torch.autograd.grad((out * cot).sum(), (q, k, v, bias))
+    for a, b in zip(grads["tiled"], grads["reference"]):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
+def test_tiled_float_mask_gradcheck():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, n, 4, generator=g, dtype=torch.float64, requires_grad=True)
+               for n in (3, 5, 5))
+    bias = torch.randn(2, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    with tiled.tile_sizes(2, 2):
+        assert torch.autograd.gradcheck(
+            lambda a, b, c, m: attention(a, b, c, mask=m, backend="tiled", return_lse=True).lse
+            + attention(a, b, c, mask=m, backend="tiled").sum(-1), (q, k, v, bias))
+
+
+@pytest.mark.parametrize("huge", ["finfo.min", -1e9, float("-inf")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [5, 37])
+def test_rows_under_a_huge_additive_mask_get_the_formulas_gradient(huge, dtype, backend, n):
+    # Left padding with a label shift: the first queries of sequence 0 see only padded keys,
+    # so every score of their rows carries the huge mask. The formula is the softmax of
+    # q k^T plus a constant per row there: the float64 reference on the mask with each row's
+    # largest entry subtracted (exact), against which each backend may err at most 3x what the
+    # plain reference errs in the same precision (which rounds q k^T away under finfo.min).
+    # Scores are small, so those rows are nearly uniform and a backward that recomputes
+    # P = exp(S - lse) with lse = m + log l rounded to m (P = 1 instead of 1/N) is far off.
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 2, n, 8, generator=g, dtype=torch.float64) * 0.3 for _ in range(2))
+    v = torch.randn(2, 2, n, 8, generator=g, dtype=torch.float64)
+    value = torch.finfo(dtype).min if huge == "finfo.min" else huge
+    mask = torch.zeros(2, 1, n, n, dtype=torch.float64)
+    mask[0, :, :, :3] = value                    # sequence 0: three padded keys ...
+    mask[0, :, :3, :] = value                    # ... and its first three queries see nothing else
+    mask = mask + torch.triu(torch.full((n, n), value, dtype=torch.float64), 1)
+    if huge != float("-inf"):
+        mask = mask.clamp(min=torch.finfo(dtype).min)
+    top = mask.amax(-1, keepdim=True)
+    exact = mask - torch.where(torch.isneginf(top), 0.0, top)
+    with tiled.tile_sizes(4, 8):
+        gold = run(q, k, v, "reference", mask=exact, want_lse=False)
+        low = [t.to(dtype) for t in (q, k, v)]
+        plain = run(*low, "reference", mask=mask.to(dtype), want_lse=False)
+        got = run(*low, backend, mask=mask.to(dtype), want_lse=False)
+    floor = 8 * torch.finfo(dtype).eps * n ** 0.5
+    for name, g_, p_, o_ in zip(("out", "dq", "dk", "dv"), (gold[0], *gold[2]),
+                                (plain[0], *plain[2]), (got[0], *got[2])):
+        assert torch.isfinite(o_).all(), name
+        bound = 3 * max_err(p_, g_) + floor * max(float(g_.abs().max()), 1.0)
+        assert max_err(o_, g_) <= bound, (name, max_err(o_, g_), bound)
