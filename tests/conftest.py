@@ -16,3 +16,26 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def tiles():
+    """``tiles(tiled=(bq, bk), blocksparse=dict(block=..., band_block=..., run=...,
+    items=...), triton=dict(block_m=..., ...))``: the backends' own tile-size contexts, entered
+    for the rest of the test (small tiles make short inputs cross many tile borders)."""
+    from contextlib import ExitStack
+
+    from attnlab.core.backends import blocksparse, gpu, tiled
+
+    stack = ExitStack()
+
+    def use(tiled_sizes=None, blocksparse_sizes=None, triton_sizes=None):
+        if tiled_sizes is not None:
+            stack.enter_context(tiled.tile_sizes(*tiled_sizes))
+        if blocksparse_sizes is not None:
+            stack.enter_context(blocksparse.tile_sizes(**blocksparse_sizes))
+        if triton_sizes is not None:
+            stack.enter_context(gpu.tile_sizes(**triton_sizes))
+
+    yield use
+    stack.close()

@@ -6,7 +6,6 @@ Tolerances are relative to the plain reference run in the same precision (tests/
 import pytest
 import torch
 
-import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, masks
 from tests.helpers import assert_backend_matches, loose_shift_inputs
 
@@ -75,10 +74,9 @@ def _kwargs(mask_name, shape, n_q, n_k, dtype):
 
 
 @pytest.fixture
-def small_tiles(monkeypatch):
+def small_tiles(tiles):
     """Tiles far smaller than the sequences so that every edge case crosses tile borders."""
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 16)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 32)
+    tiles(tiled_sizes=(16, 32))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)

@@ -4,7 +4,6 @@ empty rows, lengths not divisible by the block, N_q != N_k, layouts reused acros
 import pytest
 import torch
 
-import attnlab.core.backends._band as band_mod
 import attnlab.core.backends.blocksparse as bs_mod
 from attnlab import attention, masks, which_backend
 from attnlab.core.layout import BlockLayout, block_layout
@@ -13,11 +12,8 @@ from tests.helpers import assert_backend_matches, loose_shift_inputs
 
 
 @pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    monkeypatch.setattr(bs_mod, "BLOCK", (16, 16))
-    monkeypatch.setattr(band_mod, "BLOCK", 16)
-    monkeypatch.setattr(band_mod, "RUN", 3)
-    monkeypatch.setattr(bs_mod, "ITEMS_PER_STEP", 4)
+def small_blocks(tiles):
+    tiles(blocksparse_sizes=dict(block=(16, 16), band_block=16, run=3, items=4))
     bs_mod._CACHE.clear()
 
 
@@ -110,8 +106,8 @@ def test_blocksparse_refuses_unstructured_requests():
         attention(q, q, q, mask=torch.zeros(4, 4), backend="blocksparse")
 
 
-def test_auto_picks_blocksparse_for_narrow_bands_only(monkeypatch):
-    monkeypatch.setattr(band_mod, "BLOCK", 64)
+def test_auto_picks_blocksparse_for_narrow_bands_only(tiles):
+    tiles(blocksparse_sizes=dict(band_block=64))
     q, k, v = (torch.randn(1, 8, 16384, 8) for _ in range(3))
     assert which_backend(q, k, v, window=(256, 256)) == "blocksparse"
     assert which_backend(q, k, v, causal=True, window=(256, 0)) == "blocksparse"

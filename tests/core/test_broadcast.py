@@ -153,13 +153,9 @@ def broadcast_requests(draw):
 @given(broadcast_requests())
 def test_any_broadcast_pattern_any_tiling(req):
     lead, n_q, n_k, kw, backend, (bq, bk) = req
-    old = tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K
-    tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K = bq, bk          # many tiles at small sizes
-    try:
+    with tiled_mod.tile_sizes(bq, bk):                      # many tiles at small sizes
         q, k, v = _inputs(lead, n_q, n_k)
         _assert_matches(q, k, v, backend, **kw)
-    finally:
-        tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K = old
 
 
 @settings(max_examples=300, deadline=None)

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention
 
 
@@ -20,9 +19,8 @@ def test_same_generator_same_output_and_different_seed_differs():
 
 
 @pytest.mark.parametrize("kw", [{}, {"causal": True}, {"window": (5, 2)}])
-def test_tiled_equals_reference_with_dropout_outputs_and_gradients(monkeypatch, kw):
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 8)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 16)
+def test_tiled_equals_reference_with_dropout_outputs_and_gradients(tiles, kw):
+    tiles(tiled_sizes=(8, 16))
     q, k, v = _qkv(2, 3)
     res = {}
     for backend in ("reference", "tiled"):

@@ -5,17 +5,14 @@ never repeated in memory."""
 import pytest
 import torch
 
-import attnlab.core.backends.blocksparse as bs_mod
 import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, masks
 from tests.helpers import EPS
 
 
 @pytest.fixture
-def small_tiles(monkeypatch):
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 16)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 32)
-    monkeypatch.setattr(bs_mod, "BLOCK", (16, 16))
+def small_tiles(tiles):
+    tiles(tiled_sizes=(16, 32), blocksparse_sizes=dict(block=(16, 16)))
 
 
 def _inputs(h_q, h_kv, n_q=37, n_k=53, seed=0, dtype=torch.float64):

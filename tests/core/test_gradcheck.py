@@ -3,16 +3,14 @@
 import pytest
 import torch
 
-import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention
 
 
 @pytest.mark.parametrize("backend", ["reference", "tiled"])
 @pytest.mark.parametrize("kw", [{}, {"causal": True}, {"window": (2, 1), "temperature": 0.7},
                                 {"mask": "empty-row"}, {"lse": True}])
-def test_gradcheck(backend, kw, monkeypatch):
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 3)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 4)
+def test_gradcheck(backend, kw, tiles):
+    tiles(tiled_sizes=(3, 4))
     kw = dict(kw)
     q = torch.randn(2, 7, 5, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)

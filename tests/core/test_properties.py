@@ -36,9 +36,7 @@ def requests(draw):
 @given(requests())
 def test_exact_backends_agree_with_reference(req):
     q, k, v, kw, (bq, bk) = req
-    old = tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K
-    tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K = bq, bk
-    try:
+    with tiled_mod.tile_sizes(bq, bk):
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         ref = attention(q, k, v, backend="reference", return_lse=True, **kw)
         ref_g = torch.autograd.grad(ref.out.sum(), (q, k, v))
@@ -53,5 +51,3 @@ def test_exact_backends_agree_with_reference(req):
         assert torch.equal(torch.isneginf(tl), torch.isneginf(ref.lse))
         fin = torch.isfinite(ref.lse)
         assert torch.allclose(tl[fin], ref.lse[fin], atol=1e-10)
-    finally:
-        tiled_mod.BLOCK_Q, tiled_mod.BLOCK_K = old

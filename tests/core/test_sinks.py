@@ -5,7 +5,6 @@ column dropped), outputs, lse and gradients including the sink's, on every backe
 import pytest
 import torch
 
-import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention
 
 H = 3
@@ -21,9 +20,8 @@ def _by_definition(q, k, v, sink, keep=None):
 
 @pytest.mark.parametrize("backend, causal", [("reference", False), ("tiled", False),
                                              ("tiled", True), ("blocksparse", True)])
-def test_sinks_match_their_definition_with_gradients(backend, causal, monkeypatch):
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 8)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 16)
+def test_sinks_match_their_definition_with_gradients(backend, causal, tiles):
+    tiles(tiled_sizes=(8, 16))
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, H, n, d, generator=g, dtype=torch.float64, requires_grad=True)
                for n, d in ((30, 8), (30, 8), (30, 5)))

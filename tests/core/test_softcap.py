@@ -7,8 +7,6 @@ import math
 import pytest
 import torch
 
-import attnlab.core.backends.blocksparse as bs_mod
-import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, list_backends, masks, which_backend
 from tests.helpers import assert_backend_matches
 
@@ -42,10 +40,8 @@ def test_reference_is_the_formula():
 
 
 @pytest.fixture
-def small_tiles(monkeypatch):
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 16)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 32)
-    monkeypatch.setattr(bs_mod, "BLOCK", (16, 16))
+def small_tiles(tiles):
+    tiles(tiled_sizes=(16, 32), blocksparse_sizes=dict(block=(16, 16)))
 
 
 MASKS = {

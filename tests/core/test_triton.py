@@ -9,17 +9,14 @@ import sys
 import pytest
 import torch
 
-import attnlab.core.backends.gpu as gpu
 from attnlab import attention, masks, which_backend
 from attnlab.core.layout import block_layout
 from tests.helpers import assert_backend_matches
 
 
 @pytest.fixture(autouse=True)
-def _small_tiles(monkeypatch):
-    monkeypatch.setattr(gpu, "BLOCK_M", 16)
-    monkeypatch.setattr(gpu, "BLOCK_N", 16)
-    monkeypatch.setattr(gpu, "SPARSE_BLOCK", (16, 16))
+def _small_tiles(tiles):
+    tiles(triton_sizes=dict(block_m=16, block_n=16, sparse_block=(16, 16)))
 
 
 def _qkv(b, h, n_q, n_k, d_k, d_v, h_kv=None, seed=0):

@@ -5,7 +5,6 @@ float64 reference run on each sequence separately, outputs and gradients."""
 import pytest
 import torch
 
-import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, masks
 
 Q_LEN = torch.tensor([5, 9, 1, 0])
@@ -24,9 +23,8 @@ def _per_sequence(q, k, v, **kw):
 @pytest.mark.parametrize("kw", [{}, {"causal": True}, {"window": (2, 1)},
                                 {"causal": True, "window": 3}], ids=str)
 @pytest.mark.parametrize("backend", ["reference", "sdpa", "tiled", "blocksparse"])
-def test_each_sequence_attends_as_if_alone(backend, kw, monkeypatch):
-    monkeypatch.setattr(tiled_mod, "BLOCK_Q", 4)
-    monkeypatch.setattr(tiled_mod, "BLOCK_K", 3)
+def test_each_sequence_attends_as_if_alone(backend, kw, tiles):
+    tiles(tiled_sizes=(4, 3))
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(4, 2, 9, d, generator=g, dtype=torch.float64, requires_grad=True)
                for d in (8, 8, 5))

@@ -35,10 +35,10 @@ RUN = 8           # query blocks per step (a run's scores: G x 8 x BH x 64 x 64)
 class Band:
     """Geometry of a band on a square block grid."""
 
-    def __init__(self, spec: AttentionSpec, block: int):
+    def __init__(self, spec: AttentionSpec, block: int, run: int = RUN):
         left, right = spec.band
         b, off = block, spec.offset
-        self.spec, self.b = spec, b
+        self.spec, self.b, self.run = spec, b, run
         self.left, self.right = left, right
         self.nqb, self.nkb = -(-spec.n_q // b), -(-spec.n_k // b)
         # Keys of query block 0, unclipped: block qb needs the same blocks shifted by qb.
@@ -76,8 +76,8 @@ class Band:
                 or (s0 + c) * self.b > self.spec.n_q)
 
     def runs(self):
-        for s0 in range(0, self.nqb, RUN):
-            yield s0, min(RUN, self.nqb - s0)
+        for s0 in range(0, self.nqb, self.run):
+            yield s0, min(self.run, self.nqb - s0)
 
     # Blocks first, (nb, BH, b, D): a run of blocks is then one contiguous slice, and every
     # matmul below is a plain batched matmul without hidden copies.
@@ -160,9 +160,9 @@ def applies(spec: AttentionSpec) -> bool:
 
 class BandAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec: AttentionSpec, block: int):
+    def forward(ctx, q, k, v, spec: AttentionSpec, block: int, run: int):
         # q (BH, N_q, D_k), k (BH, N_k, D_k), v (BH, N_k, D_v)
-        band = Band(spec, block)
+        band = Band(spec, block, run)
         n_bh, b, G = q.shape[0], band.b, band.g
         qb = band.blocks_q(q, spec.score_scale * LOG2E)                 # (nqb, BH, b, D_k)
         kb, vb = band.blocks_k(k), band.blocks_k(v)                     # (nkb', BH, b, D)
@@ -207,7 +207,7 @@ class BandAttention(torch.autograd.Function):
             torch.div(o, l_safe.unsqueeze(-1), out=out_t[s0:s0 + c])
         out = out.view(n_bh, -1, spec.d_v)[:, : spec.n_q]
         lse = lse.view(n_bh, -1)[:, : spec.n_q]
-        ctx.spec, ctx.block = spec, block
+        ctx.spec, ctx.block, ctx.run = spec, block, run
         ctx.save_for_backward(q, k, v, out, lse)
         return out, lse
 
@@ -215,7 +215,7 @@ class BandAttention(torch.autograd.Function):
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse = ctx.saved_tensors
         spec = ctx.spec
-        band = Band(spec, ctx.block)
+        band = Band(spec, ctx.block, ctx.run)
         n_bh, b, G, c_ = q.shape[0], band.b, band.g, spec.score_scale
         delta, lse_b = backward_terms(d_out, out, d_lse, lse)           # (BH, N_q) each
         qb = band.blocks_q(q, c_ * LOG2E)                               # (nqb, BH, b, D_k)
@@ -253,4 +253,4 @@ class BandAttention(torch.autograd.Function):
         dq = band.unblock(dqb * c_, spec.n_q)
         dk = band.unblock(dkb[band.pad_l:] * LN2, spec.n_k)     # q carried log2 e: take it off
         dv = band.unblock(dvb[band.pad_l:], spec.n_k)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None

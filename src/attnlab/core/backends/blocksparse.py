@@ -16,39 +16,90 @@ Memory is O(N · D) plus one batch of items; time is proportional to the number 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import math
 from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
 
+from attnlab.core._geometry import band_range
 from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
 from attnlab.core.layout import BlockLayout, block_layout
-from attnlab.core._geometry import band_range
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.score_mod import TileGrad
 from attnlab.core.score_mod import apply as apply_score_mod
-from attnlab.core.softmax import backward_terms, block_lse, finite_or_zero, merge_partials
+from attnlab.core.softmax import (
+    backward_terms,
+    block_lse,
+    finite_or_zero,
+    merge_partials,
+)
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
 BLOCK = (128, 128)          # tiles of general layouts (the pure-band path uses _band.BLOCK)
 # Items computed together; bounds the gathered k/v and the score batch (~64 MiB at BH=8, G=8).
 ITEMS_PER_STEP = 16
 _CACHE: OrderedDict[tuple, BlockLayout] = OrderedDict()
+
+
+@dataclasses.dataclass(frozen=True)
+class TileSizes:
+    """Tile sizes of the blocksparse backend: ``block`` (query, key) tiles of general layouts,
+    ``band_block`` and ``run`` (query blocks per step) of the pure-band path, ``items`` work
+    items computed together."""
+
+    block: tuple[int, int] = BLOCK
+    band_block: int = _band.BLOCK
+    run: int = _band.RUN
+    items: int = ITEMS_PER_STEP
+
+
+_SIZES: contextvars.ContextVar[TileSizes | None] = contextvars.ContextVar(
+    "attnlab_blocksparse_sizes", default=None)
+
+
+def sizes() -> TileSizes:
+    """The tile sizes in force (the defaults, or those of an enclosing :func:`tile_sizes`)."""
+    return _SIZES.get() or TileSizes()
+
+
+@contextlib.contextmanager
+def tile_sizes(block: tuple[int, int] | None = None, band_block: int | None = None,
+               run: int | None = None, items: int | None = None):
+    """Within the block, blocksparse uses these tile sizes (the others keep their defaults;
+    restored on exit). For tests that must cross many tiles, and for tuning."""
+    given = {k: v for k, v in dict(block=block, band_block=band_block, run=run,
+                                   items=items).items() if v is not None}
+    for name, v in given.items():
+        vals = v if name == "block" else (v,)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in vals) \
+                or (name == "block" and len(vals) != 2):
+            raise ValueError(f"{name} must be {'a pair of ints' if name == 'block' else 'an int'}"
+                             f" >= 1, got {v!r}")
+    token = _SIZES.set(dataclasses.replace(sizes(), **given))
+    try:
+        yield
+    finally:
+        _SIZES.reset(token)
 _CACHE_SIZE = 16
 
 
 def _cache_key(spec: AttentionSpec, dense: torch.Tensor | None,
-               block: tuple[int, int] = BLOCK) -> tuple:
+               block: tuple[int, int] | None = None) -> tuple:
     b, h = spec.heads_view
+    block = sizes().block if block is None else block
     return (id(spec.mask_fn), spec.n_q, spec.n_k, spec.band, b, h, str(spec.device), block,
             id(dense) if dense is not None else None)
 
 
-def layout_for(spec: AttentionSpec, block: tuple[int, int] = BLOCK) -> BlockLayout:
+def layout_for(spec: AttentionSpec, block: tuple[int, int] | None = None) -> BlockLayout:
     """The layout serving spec: the one passed as ``mask=`` if it fits, else a cached or new one
     with tiles of ``block`` (the Triton kernel builds its own with smaller tiles)."""
+    block = sizes().block if block is None else block
     fn = spec.mask_fn
     if isinstance(fn, BlockLayout) and spec.mask is None and (fn.n_q, fn.n_k) == (spec.n_q, spec.n_k) \
             and (spec.band is None or spec.band == fn.band):
@@ -157,10 +208,11 @@ class _Items:
 
 
 def _steps(lay: BlockLayout):
-    """Item ranges of at most ITEMS_PER_STEP that never cross a round."""
+    """Item ranges of at most ``sizes().items`` that never cross a round."""
+    step = sizes().items
     for r0, r1 in lay.rounds():
-        for i0 in range(r0, r1, ITEMS_PER_STEP):
-            yield i0, min(i0 + ITEMS_PER_STEP, r1)
+        for i0 in range(r0, r1, step):
+            yield i0, min(i0 + step, r1)
 
 
 def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
@@ -253,7 +305,8 @@ def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kf = k.reshape(n_kv, spec.n_k, spec.d_k).to(compute)              # own heads under GQA
     vf = v.reshape(n_kv, spec.n_k, spec.d_v).to(compute)
     if _band.applies(spec):
-        out, lse = _band.BandAttention.apply(qf, kf, vf, spec, _band.BLOCK)
+        ts = sizes()
+        out, lse = _band.BandAttention.apply(qf, kf, vf, spec, ts.band_block, ts.run)
     else:
         out, lse = _BlockSparseAttention.apply(qf, kf, vf, spec, layout_for(spec), *spec.captured)
     out = out.to(q.dtype).reshape(*spec.batch_shape, spec.n_q, spec.d_v)
@@ -275,7 +328,7 @@ def _cost(spec: AttentionSpec) -> float:
         # backends serve it; blocksparse runs on it only when named.
         return float("inf")
     if _band.applies(spec):
-        geometry = _band.Band(spec, _band.BLOCK)
+        geometry = _band.Band(spec, sizes().band_block)
         density = min(1.0, geometry.g / max(geometry.nkb, 1))
     elif spec.mask_fn is None:
         density = _band_density(spec)
@@ -293,7 +346,7 @@ def _cost(spec: AttentionSpec) -> float:
 
 def _band_density(spec: AttentionSpec) -> float:
     """Fraction of the tiles of the block grid the band reaches (no layout is built)."""
-    bq, bk = BLOCK
+    bq, bk = sizes().block
     nqb, nkb = -(-spec.n_q // bq), -(-spec.n_k // bk)
     total = 0
     for qb in range(nqb):

@@ -16,6 +16,8 @@ for the rest. Name them to use them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
 import math
 import os
@@ -35,6 +37,28 @@ from attnlab.core.spec import AttentionOutput, AttentionSpec
 BLOCK_M = 64
 BLOCK_N = 64
 SPARSE_BLOCK = (64, 64)
+_SIZES: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("attnlab_triton_sizes",
+                                                                     default=None)
+
+
+@contextlib.contextmanager
+def tile_sizes(block_m: int = BLOCK_M, block_n: int = BLOCK_N,
+               sparse_block: tuple[int, int] = SPARSE_BLOCK):
+    """Within the block, the Triton kernels use these tiles (dense ``block_m x block_n``,
+    layouts of ``sparse_block``); restored on exit. Triton needs powers of two >= 16."""
+    for name, v in (("block_m", block_m), ("block_n", block_n),
+                    ("sparse_block[0]", sparse_block[0]), ("sparse_block[1]", sparse_block[1])):
+        if not isinstance(v, int) or v < 16 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {v!r}")
+    token = _SIZES.set((block_m, block_n, tuple(sparse_block)))
+    try:
+        yield
+    finally:
+        _SIZES.reset(token)
+
+
+def _sizes() -> tuple[int, int, tuple[int, int]]:
+    return _SIZES.get() or (BLOCK_M, BLOCK_N, SPARSE_BLOCK)
 MAX_HEAD_DIM = 256
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
@@ -149,11 +173,12 @@ class _FlashAttention(torch.autograd.Function):
         left, right = geo.band if geo.band is not None else (None, None)
         band = dict(left=left or 0, right=right or 0, HAS_LEFT=left is not None,
                     HAS_RIGHT=right is not None)
-        grid = (triton_cdiv(spec.n_q, BLOCK_M), n_bh)
+        bm, bn, _ = _sizes()
+        grid = (triton_cdiv(spec.n_q, bm), n_bh)
         kern.flash_fwd[grid](q, k, v, out, lse, geo.q_len, geo.kv_len, geo.off,
                              *_strides(q, k, v, out), **_common(q, k, v, spec), **band,
-                             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
-        ctx.spec, ctx.geo, ctx.band = spec, geo, band
+                             BLOCK_M=bm, BLOCK_N=bn)
+        ctx.spec, ctx.geo, ctx.band, ctx.tiles = spec, geo, band, (bm, bn)
         ctx.save_for_backward(q, k, v, out, lse)
         return out, lse
 
@@ -163,11 +188,12 @@ class _FlashAttention(torch.autograd.Function):
         spec, geo, band = ctx.spec, ctx.geo, ctx.band
         kern = _kernels()
         d_out, delta, lse_b, (dq, dk, dv) = _backward_inputs(q, k, v, out, lse, d_out, d_lse)
-        args = dict(**_common(q, k, v, spec), **band, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
-        kern.flash_bwd_dkdv[(triton_cdiv(spec.n_k, BLOCK_N), k.shape[0])](
+        bm, bn = ctx.tiles
+        args = dict(**_common(q, k, v, spec), **band, BLOCK_M=bm, BLOCK_N=bn)
+        kern.flash_bwd_dkdv[(triton_cdiv(spec.n_k, bn), k.shape[0])](
             q, k, v, d_out, lse_b, delta, dk, dv, geo.q_len, geo.kv_len, geo.off,
             *_strides(q, k, v, d_out), **args)
-        kern.flash_bwd_dq[(triton_cdiv(spec.n_q, BLOCK_M), q.shape[0])](
+        kern.flash_bwd_dq[(triton_cdiv(spec.n_q, bm), q.shape[0])](
             q, k, v, d_out, lse_b, delta, dq, geo.q_len, geo.kv_len, geo.off,
             *_strides(q, k, v, d_out), **args)
         return dq, dk, dv, None, None
@@ -298,7 +324,7 @@ class _SparseAttention(torch.autograd.Function):
 def _sparse_layout(spec: AttentionSpec) -> BlockLayout:
     from attnlab.core.backends.blocksparse import layout_for
 
-    return layout_for(spec, SPARSE_BLOCK)
+    return layout_for(spec, _sizes()[2])
 
 
 def triton_blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
