@@ -120,7 +120,9 @@ def open_report(path, viewport=(1300, 1600), timeout_ms: int = 10_000):
             page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
             report = ReportPage(page)
             page.goto(path.resolve().as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=timeout_ms)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.attnlab-report')].every(r => r.dataset.ready === '1')"
+                " && document.querySelectorAll('.attnlab-report').length > 0", timeout=timeout_ms)
             yield report
         finally:
             browser.close()

@@ -39,7 +39,7 @@ def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
     page = (report / "report.html").read_text()
     assert "<script>alert" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
-    island = page.split('<script type="application/json" id="data">')[1].split("</script>")[0]
+    island = page.split('<script type="application/json" data-el="data">')[1].split("</script>")[0]
     assert "<" not in island
     data = json.loads(island)
     assert data["layers"] == 6 and data["heads"] == 12 and "[SEP]" in data["texts"][0]["tokens"]
@@ -53,45 +53,45 @@ def test_report_in_headless_chromium(report, tmp_path):
         page = opened.page
         assert page.locator("button.head").count() == 72
         page.click("button.head[data-layer='3'][data-head='7']")
-        assert page.text_content("#detail-title").startswith("Layer 3, head 7")
-        data = json.loads(page.text_content("#data"))
+        assert page.text_content("[data-el=detail-title]").startswith("Layer 3, head 7")
+        data = json.loads(page.text_content("[data-el=data]"))
         n = len(data["texts"][0]["tokens"])
-        assert page.eval_on_selector("#map-canvas", "c => [c.width, c.height]") == [n, n]
-        assert page.locator("#detail-metrics tr").count() >= 9
+        assert page.eval_on_selector("[data-el=map-canvas]", "c => [c.width, c.height]") == [n, n]
+        assert page.locator("[data-el=detail-metrics] tr").count() >= 9
         # hovering the map shows the value under the cursor
-        page.locator("#map-canvas").scroll_into_view_if_needed()
-        box = page.locator("#map-canvas").bounding_box()
+        page.locator("[data-el=map-canvas]").scroll_into_view_if_needed()
+        box = page.locator("[data-el=map-canvas]").bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.25)
-        assert "\u2192" in page.text_content("#map-value")
+        assert "\u2192" in page.text_content("[data-el=map-value]")
         # head view: hovering a query token redraws the lines for that token only
-        page.select_option("#hv-layer", "2")
-        before = page.eval_on_selector("#hv-canvas", "c => c.toDataURL()")
-        page.locator("#hv").scroll_into_view_if_needed()
-        page.hover("#hv-q .tok[data-index='4']")
-        assert page.get_attribute("#hv", "data-lines") == "q4"
-        assert page.eval_on_selector("#hv-canvas", "c => c.toDataURL()") != before
-        page.hover("#hv-k .tok[data-index='2']")
-        assert page.get_attribute("#hv", "data-lines") == "k2"
-        page.check("#hv-heads input[data-head='5']")                # a second head
-        assert page.locator("#hv-heads input:checked").count() == 2
+        page.select_option("[data-el=hv-layer]", "2")
+        before = page.eval_on_selector("[data-el=hv-canvas]", "c => c.toDataURL()")
+        page.locator("[data-el=hv]").scroll_into_view_if_needed()
+        page.hover("[data-el=hv-q] .tok[data-index='4']")
+        assert page.get_attribute("[data-el=hv]", "data-lines") == "q4"
+        assert page.eval_on_selector("[data-el=hv-canvas]", "c => c.toDataURL()") != before
+        page.hover("[data-el=hv-k] .tok[data-index='2']")
+        assert page.get_attribute("[data-el=hv]", "data-lines") == "k2"
+        page.check("[data-el=hv-heads] input[data-head='5']")                # a second head
+        assert page.locator("[data-el=hv-heads] input:checked").count() == 2
         # word level: word pieces merged, fewer rows
-        page.check("#words")
-        words = page.locator("#hv-q .tok").count()
+        page.check("[data-el=words]")
+        words = page.locator("[data-el=hv-q] .tok").count()
         assert 0 < words < n
-        page.uncheck("#words")
+        page.uncheck("[data-el=words]")
         # pair: sentence A -> B is a block of the map
-        page.select_option("#pair", "ab")
-        w, h = page.eval_on_selector("#map-canvas", "c => [c.width, c.height]")
+        page.select_option("[data-el=pair]", "ab")
+        w, h = page.eval_on_selector("[data-el=map-canvas]", "c => [c.width, c.height]")
         assert w < n and h < n and w + h == n
-        page.select_option("#pair", "all")
+        page.select_option("[data-el=pair]", "all")
         # attribution: the layer slider changes the rollout map
-        page.select_option("#attr-kind", "rollout")
-        first = page.eval_on_selector("#attr-canvas", "c => c.toDataURL()")
-        page.fill("#attr-layer", "0")
-        page.dispatch_event("#attr-layer", "input")
-        assert page.text_content("#attr-layer-label") == "after layer 0"
-        assert page.eval_on_selector("#attr-canvas", "c => c.toDataURL()") != first
-        settings = page.inner_text("#settings")
+        page.select_option("[data-el=attr-kind]", "rollout")
+        first = page.eval_on_selector("[data-el=attr-canvas]", "c => c.toDataURL()")
+        page.fill("[data-el=attr-layer]", "0")
+        page.dispatch_event("[data-el=attr-layer]", "input")
+        assert page.text_content("[data-el=attr-layer-label]") == "after layer 0"
+        assert page.eval_on_selector("[data-el=attr-canvas]", "c => c.toDataURL()") != first
+        settings = page.inner_text("[data-el=settings]")
         assert '<script>alert("x")</script>' in settings           # shown as text
         shot = tmp_path / "report.png"
         page.screenshot(path=str(shot))
@@ -132,12 +132,12 @@ def _first_paint_and_head_view_at_full_length(report):
         page = opened.page
         paint = page.evaluate("() => performance.getEntriesByName('first-paint')[0].startTime")
         assert paint < 3000, paint
-        assert page.locator("#hv-q .tok").count() == 512
-        page.locator("#hv").scroll_into_view_if_needed()
-        before = page.eval_on_selector("#hv-canvas", "c => c.toDataURL()")
-        page.hover("#hv-q .tok[data-index='300']")
-        assert page.get_attribute("#hv", "data-lines") == "q300"
-        assert page.eval_on_selector("#hv-canvas", "c => c.toDataURL()") != before
+        assert page.locator("[data-el=hv-q] .tok").count() == 512
+        page.locator("[data-el=hv]").scroll_into_view_if_needed()
+        before = page.eval_on_selector("[data-el=hv-canvas]", "c => c.toDataURL()")
+        page.hover("[data-el=hv-q] .tok[data-index='300']")
+        assert page.get_attribute("[data-el=hv]", "data-lines") == "q300"
+        assert page.eval_on_selector("[data-el=hv-canvas]", "c => c.toDataURL()") != before
     assert opened.errors == [] and opened.offline(), (opened.errors, opened.requests)
 
 
@@ -147,8 +147,8 @@ def test_corpus_report_has_a_text_selector(tmp_path):
     assert main(["inspect", "--file", str(corpus), "--out", str(tmp_path)]) == 0
     with open_report(tmp_path / "report.html") as opened:
         page = opened.page
-        assert page.locator("#text option").count() == 3
-        n0 = page.locator("#hv-q .tok").count()
-        page.select_option("#text", "1")
-        assert page.locator("#hv-q .tok").count() != n0         # the second text's tokens
+        assert page.locator("[data-el=text] option").count() == 3
+        n0 = page.locator("[data-el=hv-q] .tok").count()
+        page.select_option("[data-el=text]", "1")
+        assert page.locator("[data-el=hv-q] .tok").count() != n0         # the second text's tokens
     assert opened.errors == []

@@ -36,24 +36,24 @@ def test_cross_attention_view_in_chromium(dates_ins, tmp_path):
     path = write_report(dates_ins, tmp_path / "report.html", {"model": "dates"})
     with open_report(path) as opened:
         page = opened.page
-        assert page.locator("#text option").count() == 3
-        page.select_option("#text", "2")                     # the cross-attention capture
+        assert page.locator("[data-el=text] option").count() == 3
+        page.select_option("[data-el=text]", "2")                     # the cross-attention capture
         page.click("button.head[data-layer='1'][data-head='0']")
-        assert int(page.get_attribute("#map-canvas", "data-aligned")) == 7   # 4 + 2 + 1
-        assert "known to read" in page.text_content("#detail-title")
-        assert page.locator("#hv-q .tok").count() == 11      # output tokens
-        assert page.locator("#hv-k .tok").count() == 7       # source tokens
-        page.hover("#hv-q .tok >> nth=0")
-        assert page.get_attribute("#hv", "data-lines") == "q0"
+        assert int(page.get_attribute("[data-el=map-canvas]", "data-aligned")) == 7   # 4 + 2 + 1
+        assert "known to read" in page.text_content("[data-el=detail-title]")
+        assert page.locator("[data-el=hv-q] .tok").count() == 11      # output tokens
+        assert page.locator("[data-el=hv-k] .tok").count() == 7       # source tokens
+        page.hover("[data-el=hv-q] .tok >> nth=0")
+        assert page.get_attribute("[data-el=hv]", "data-lines") == "q0"
     assert opened.errors == [] and opened.offline(), (opened.errors, opened.requests)
 
 
 def test_causal_report_in_chromium(tmp_path):
     ins = inspect_induction("5 9 14 22 5 9 14 22")
     path = write_report(ins, tmp_path / "report.html", {"model": "induction"})
-    data = json.loads(path.read_text().split('id="data">')[1].split("</script>")[0])
+    data = json.loads(path.read_text().split('data-el="data">')[1].split("</script>")[0])
     assert "prefix_matching" in data["metrics"] and "ablation" in data["metrics"]
     with open_report(path) as opened:
         assert opened.page.locator("button.head").count() == 8
-        assert opened.page.locator("#head-table tr").count() == 9   # header + 8 heads
+        assert opened.page.locator("[data-el=head-table] tr").count() == 9   # header + 8 heads
     assert opened.errors == []

@@ -1,16 +1,13 @@
-"""The report's script: it draws every view in the browser from the data embedded in the page.
-
-Kept apart from :mod:`attnlab.inspect.report` (which packs the data) so that each reads in one
-sitting. Plain JavaScript, no library, no request: the maps arrive as one base64 string of
-gzip-compressed bytes (decompressed by the browser's own ``DecompressionStream``), one byte per
-weight scaled by the map's largest weight. Text is only ever inserted with ``textContent``.
-"""
-
-SCRIPT = r"""
-(async function(){
+// The attnlab inspection report: draws every view in the browser from the data embedded in
+// the page. Plain JavaScript, no library, no request. Everything is looked up inside the
+// report's own root element, so several reports live side by side in one page (a notebook).
+// The maps arrive as one base64 string of gzip-compressed bytes (decompressed by the
+// browser's own DecompressionStream), one byte per weight scaled by the map's largest weight.
+// Text is only ever inserted with textContent.
+async function attnlabReport(root){
 'use strict';
-const D = JSON.parse(document.getElementById('data').textContent);
-const $ = id => document.getElementById(id);
+const D = JSON.parse(root.querySelector('[data-el="data"]').textContent);
+const $ = name => root.querySelector('[data-el="' + name + '"]');
 async function unpack(b64){
   const bin = atob(b64), u = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
@@ -186,8 +183,8 @@ function drawLines(){
   }
   ctx.globalAlpha = 1;
   $('hv').dataset.lines = hover ? hover.side + hover.index : 'all';
-  document.querySelectorAll('#hv .tok').forEach(t => t.classList.toggle('on',
-    !!hover && t.parentNode.id === 'hv-' + hover.side && +t.dataset.index === hover.index));
+  root.querySelectorAll('[data-el=hv] .tok').forEach(t => t.classList.toggle('on',
+    !!hover && t.parentNode.dataset.el === 'hv-' + hover.side && +t.dataset.index === hover.index));
 }
 function headView(){
   const T = D.texts[S.text];
@@ -218,7 +215,7 @@ function headView(){
 // ---- one head: heatmap and metrics ---------------------------------------------------------
 function headDetail(){
   const l = S.layer, h = S.head;
-  document.querySelectorAll('button.head').forEach(b => b.classList.toggle('sel', +b.dataset.layer === l && +b.dataset.head === h));
+  root.querySelectorAll('button.head').forEach(b => b.classList.toggle('sel', +b.dataset.layer === l && +b.dataset.head === h));
   $('detail-title').textContent = 'Layer ' + l + ', head ' + h + ' \u2014 ' + labelsOf(S.text)[l][h] +
     (D.texts[S.text].align ? ' (white outlines: the source token each output token is known to read)' : '');
   heatPanel('map', view(headMatrix(S.text, l, h), D.texts[S.text]), 'attention weight');
@@ -239,7 +236,7 @@ function attribution(){
   if (D.first.flow_from) {
     const {values, position} = D.first.flow_from, toks = D.texts[0].tokens, vmax = Math.max(...values) || 1;
     const h = document.createElement('p'); h.textContent = 'Attention flow into position ' + position + ' (' + toks[position] + ') from every input token:'; f.appendChild(h);
-    const c = document.createElement('canvas'); c.width = Math.min(1200, Math.max(300, 3 * values.length)); c.height = 80; c.id = 'flow-bars';
+    const c = document.createElement('canvas'); c.width = Math.min(1200, Math.max(300, 3 * values.length)); c.height = 80; c.dataset.el = 'flow-bars';
     const ctx = c.getContext('2d'), w = c.width / values.length;
     values.forEach((v, i) => { ctx.fillStyle = '#2f6db3'; ctx.fillRect(i * w, 80 - 78 * v / vmax, Math.max(1, w - 1), 78 * v / vmax); });
     c.onmousemove = e => { const r = c.getBoundingClientRect(), i = Math.floor((e.clientX - r.left) / r.width * values.length);
@@ -291,6 +288,5 @@ ak.value = S.attr; ak.addEventListener('change', () => { S.attr = ak.value; attr
 const al = $('attr-layer'); al.max = D.layers - 1; al.value = S.attrLayer;
 al.addEventListener('input', () => { S.attrLayer = +al.value; attribution(); });
 refresh(); headMap(); metricGrids();
-document.body.dataset.ready = '1';
-})();
-"""
+root.dataset.ready = '1';
+}
