@@ -164,8 +164,8 @@ def main() -> None:
     p.add_argument("--figure", default=None, help="draw the layout figure to this path")
     args = p.parse_args()
     if args.figure:
-        from attnlab.plots.distributed import layout_figure
-        layout_figure(args.figure)
+        from attnlab.plots.distributed import save_layout
+        save_layout(args.figure)
     strategies = compare_strategies(args.strategies, args.d) if args.strategies else []
     # For the memory rows only (it slows every allocation down): large tensors in their own
     # mappings, returned on free, so the resident high-water mark is the peak of live memory,

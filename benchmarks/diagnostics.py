@@ -79,7 +79,7 @@ def main() -> None:
                                                         steps=150),
                      "unscaled": E.train_recall(d_model=d, heads=1, n=64, lr=1e-3, steps=150,
                                                 temperature=1 / math.sqrt(d))}
-    P.why_sqrt_d(res["scale"], res["curves"], out / "diagnostics_why_sqrt_d.png")
+    P.save_why_sqrt_d(res["scale"], res["curves"], out / "diagnostics_why_sqrt_d.png")
     print("scale sweep:", json.dumps(res["scale"]), flush=True)
     for tag in ("scaled", "unscaled"):
         c = res["curves"][tag]["loss"]
@@ -88,15 +88,15 @@ def main() -> None:
               f"{c[149]:.3f}, first below 0.5 at step {first}, largest logit "
               f"{max(res['curves'][tag]['max_logit']):.0f}", flush=True)
     res["temperature"] = E.temperature_sweep()
-    P.temperature(res["temperature"], out / "diagnostics_temperature.png")
+    P.save_temperature(res["temperature"], out / "diagnostics_temperature.png")
     for r in res["temperature"]["rows"]:
         print("temperature:", r, flush=True)
     res["logit_growth"] = E.logit_growth()
-    P.logit_growth(res["logit_growth"], out / "diagnostics_logit_growth.png")
+    P.save_logit_growth(res["logit_growth"], out / "diagnostics_logit_growth.png")
     for r in res["logit_growth"]["rows"]:
         print("logit growth:", r, flush=True)
     res["ln_depth"] = E.ln_depth()
-    P.ln_depth(res["ln_depth"], out / "diagnostics_ln_depth.png")
+    P.save_ln_depth(res["ln_depth"], out / "diagnostics_ln_depth.png")
     for tag in ("post", "pre"):
         for depth, norms in res["ln_depth"][tag].items():
             print(f"{tag}-LN {depth} layers: first {norms[0]:.3f}, last {norms[-1]:.3f}, "

@@ -27,7 +27,7 @@ def main() -> None:
 
     from attnlab.inspect.run import inspect_texts
     from attnlab.plots import figure
-    from attnlab.plots.inspect import embedding_figure
+    from attnlab.plots.inspect import save_embedding
 
     corpus = pairs(args.pairs)
     with Progress(transient=True) as progress:
@@ -66,7 +66,7 @@ def main() -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         ax.set_title(f"all-MiniLM-L6-v2, {len(corpus)} sentence pairs: where attention goes")
-    embedding_figure(ins.xy, ins.taxonomy.labels, args.out)
+    save_embedding(ins.xy, ins.taxonomy.labels, args.out)
     (args.out / "head_embedding.png").replace(args.out / "inspect_head_embedding.png")
     (args.out / "head_embedding.svg").unlink()
     (args.out / "inspect_corpus.json").write_text(json.dumps(result, indent=1))

@@ -22,7 +22,7 @@ from attnlab._files import write_text_atomic
 from attnlab.models import AttentionForecaster
 from attnlab.models.baselines import forecast_errors
 from attnlab.models.datasets import load_series
-from attnlab.plots import heatmap
+from attnlab.plots import save_heatmap
 
 VARIANTS = {"attention (defaults)": {}, "attention, lookback 11": {"lookback": 11},
             "attention, transformer": {"encoder": "transformer"}}
@@ -69,7 +69,7 @@ def plot(per: dict, origins: np.ndarray, years: np.ndarray, path: Path) -> None:
     keep = [k for k in per if not k.startswith("attention")
             or any(k.startswith(f"{v}, mean of") for v in VARIANTS)]
     mat = np.stack([per[k] for k in keep])
-    heatmap(mat / mat[keep.index("seasonal_naive")], path,
+    save_heatmap(mat / mat[keep.index("seasonal_naive")], path,
             title="sunspots before 1954: each method's MAE / seasonal naive's MAE per origin "
                   "(blue: better than seasonal naive)",
             row_labels=keep, col_labels=[str(years[t]) for t in origins],

@@ -176,9 +176,9 @@ def main() -> int:
                    help="draw the kernels' launch grids to this path and exit (no GPU needed)")
     args = p.parse_args()
     if args.figure is not None:
-        from attnlab.plots.kernels import launch_grid_figure
+        from attnlab.plots.kernels import save_launch_grid
 
-        launch_grid_figure(args.figure)
+        save_launch_grid(args.figure)
         print(f"wrote {args.figure}")
         return 0
     if args.dry_run:

@@ -1,7 +1,6 @@
 """User input the commands refuse, each with one line naming the input and the fix (and exit
 code 2), before any expensive work; and output that stays readable in a narrow terminal."""
 
-import json
 import shutil
 import subprocess
 import sys

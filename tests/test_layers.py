@@ -184,9 +184,9 @@ print(len(names))
 def test_figures_leave_the_matplotlib_backend_alone(tmp_path):
     import matplotlib
 
-    from attnlab.plots import heatmap
+    from attnlab.plots import save_heatmap
 
     before = matplotlib.get_backend()
-    heatmap([[0.2, 0.8], [1.0, 0.0]], tmp_path / "m.png", title="t")
+    save_heatmap([[0.2, 0.8], [1.0, 0.0]], tmp_path / "m.png", title="t")
     assert matplotlib.get_backend() == before
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"

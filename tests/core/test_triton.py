@@ -235,7 +235,7 @@ def test_the_conformance_kit_runs_where_it_is_told():
 
 
 def test_the_launch_grid_figure_is_drawn(tmp_path):
-    from attnlab.plots.kernels import launch_grid_figure
+    from attnlab.plots.kernels import save_launch_grid
 
-    launch_grid_figure(tmp_path / "grid.png", n=128, block=32, window=40)
+    save_launch_grid(tmp_path / "grid.png", n=128, block=32, window=40)
     assert (tmp_path / "grid.png").stat().st_size > 10_000

@@ -91,11 +91,11 @@ def test_the_training_loop_takes_a_monitor():
 
 
 def test_monitor_figure(tmp_path):
-    from attnlab.plots.diagnose import monitor_figure
+    from attnlab.plots.diagnose import save_monitor
     torch.manual_seed(0)
     mha = MultiheadAttention(32, 4, batch_first=True)
     with torch.no_grad():
         mha.in_proj_weight.mul_(40)
     mon = _run(SelfAttn(mha), torch.randn(4, 16, 32), steps=6, every=2)
-    monitor_figure(mon, tmp_path / "monitor.png")
+    save_monitor(mon, tmp_path / "monitor.png")
     assert (tmp_path / "monitor.png").stat().st_size > 20_000

@@ -95,8 +95,8 @@ def test_ring_attention_outside_a_process_group_says_what_to_do():
 
 
 def test_layout_figure_is_drawn(tmp_path):
-    from attnlab.plots.distributed import layout_figure
-    layout_figure(tmp_path / "zigzag.png", n=16, world=2)
+    from attnlab.plots.distributed import save_layout
+    save_layout(tmp_path / "zigzag.png", n=16, world=2)
     assert (tmp_path / "zigzag.png").stat().st_size > 10_000
 
 

@@ -80,7 +80,7 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     (["fit", "tabular", "--example", "iris"], "unknown table example 'iris'"),
     (["fit", "forecast", "--example", "co3"], "unknown series example"),
     (["fit", "forecast", "--csv", "nope.csv", "--target", "y"], "does not exist"),
-    (["fit", "forecast", "--example", "co2", "--horizon", "0"], "--horizon must be"),
+    (["fit", "forecast", "--example", "co2", "--horizon", "0"], "Invalid value for '--horizon'"),
     (["predict", "--model", "nowhere"], "does not exist"),
 ])
 def test_usage_errors_are_one_line(args, words, capsys):

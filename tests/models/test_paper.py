@@ -81,10 +81,10 @@ def test_both_languages_compile(measured, tmp_path, lang, engine):
     # texlive-latex-recommended texlive-xetex texlive-lang-chinese
     assert shutil.which(engine), f"{engine} is not installed (see .ci/run for the packages)"
     bt, ab, sens, labels = measured
-    from attnlab.plots.forecast import plot_architecture, plot_forecast_attention
+    from attnlab.plots.forecast import save_architecture, save_forecast_attention
 
-    plot_architecture(bt.model, tmp_path / "architecture.png")
-    plot_forecast_attention(bt, tmp_path / "attention.png", None, "demo")
+    save_architecture(bt.model, tmp_path / "architecture.png")
+    save_forecast_attention(bt, tmp_path / "attention.png", None, "demo")
     inp = PaperInputs(bt.model, bt, "demo", labels, ablation=ab, sensitivity=sens,
                       figures={"architecture": "architecture.png",
                                "attention": "attention.png"})

@@ -11,7 +11,7 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from attnlab.models import FeatureAttentionClassifier, FeatureAttentionRegressor, load
-from attnlab.plots.tabular import plot_feature_attention, plot_importance
+from attnlab.plots.tabular import save_feature_attention, save_importance
 
 SMALL = dict(d_token=16, n_blocks=1, nhead=2, max_epochs=40, patience=5, lr=3e-3)
 
@@ -87,8 +87,8 @@ def test_one_class_and_continuous_targets_are_rejected():
 def test_plots(tmp_path):
     X, y = _frame(120)
     clf = FeatureAttentionClassifier(**{**SMALL, "max_epochs": 5}).fit(X, y)
-    for p in (plot_importance(clf, tmp_path / "imp.png"),
-              plot_feature_attention(clf, X, tmp_path / "a.png")):
+    for p in (save_importance(clf, tmp_path / "imp.png"),
+              save_feature_attention(clf, X, tmp_path / "a.png")):
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 10_000
 
 

@@ -27,7 +27,7 @@ def bench(
 ):
     """Time, memory and error of every backend and approximation against SDPA and FlexAttention."""
     from attnlab.bench import cells as B
-    from attnlab.plots.bench import plot
+    from attnlab.plots.bench import save_bench
 
     if model is not None:
         if model != "default":
@@ -43,7 +43,7 @@ def bench(
     if any(s < 64 or s > 65536 for s in sizes):
         raise UsageError(f"--n must be between 64 and 65536, got {sizes}")
     result = B.run(sorted(set(sizes)), out, console)
-    result["plots"] = [str(p) for p in plot(result, out)]
+    result["plots"] = [str(p) for p in save_bench(result, out)]
     cells = result["cells"]
     get = {(c["group"], c["method"], c["n"], c["mode"]): c for c in cells}
     # As many method columns per table as the terminal holds (80 in a pipe): cells are never

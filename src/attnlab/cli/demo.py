@@ -25,7 +25,7 @@ def demo_seq2seq(
 
     from attnlab._files import write_text_atomic
     from attnlab.models.seq2seq import ReversalSeq2Seq
-    from attnlab.plots.seq2seq import plot_alignment
+    from attnlab.plots.seq2seq import save_alignment
 
     if not text or not text.isdigit() or len(text) > 12:
         raise UsageError(f"--text must be 1 to 12 digits, got {text!r}")
@@ -33,7 +33,7 @@ def demo_seq2seq(
         model = ReversalSeq2Seq(seed=seed, verbose=True).fit()
     acc = model.exact_match(1000)
     tr = model.translate([text])[0]
-    fig = plot_alignment(tr, out / "alignment.png")
+    fig = save_alignment(tr, out / "alignment.png")
     write_text_atomic(out / "metrics.json", json.dumps(
         {"exact_match": acc, "epochs": model.history_.epochs, "example": text,
          "output": tr.output}, indent=2) + "\n")

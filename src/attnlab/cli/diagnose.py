@@ -114,7 +114,7 @@ def _demo(out: Optional[Path]) -> None:
                       f"{loss[0]:.2f} / {loss[20]:.2f} / {loss[40]:.2f} / {loss[-1]:.2f}; "
                       f"largest logit {max(curves[tag]['max_logit']):.0f}")
     if out is not None:
-        from attnlab.plots.diagnose import why_sqrt_d
+        from attnlab.plots.diagnose import save_why_sqrt_d
         out.mkdir(parents=True, exist_ok=True)
-        why_sqrt_d(sweep, curves, out / "why_sqrt_d.png")
+        save_why_sqrt_d(sweep, curves, out / "why_sqrt_d.png")
         console.print(f"figure written to {out / 'why_sqrt_d.png'}")

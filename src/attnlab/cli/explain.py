@@ -44,7 +44,7 @@ def explain(
     """Show every step of attention on real numbers and check the code equals the formula."""
     from attnlab.explain import (additive_walk, example, heads_walk, model_walk,
                                  unscaled_note, walk)
-    from attnlab.plots.explain import write_heatmaps
+    from attnlab.plots.explain import save_heatmaps
 
     if plots and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the heatmaps")
@@ -80,7 +80,7 @@ def explain(
         render_additive(aw, console)
         wt.checks.extend(aw.checks)
     if plots:
-        paths = write_heatmaps(wt, out)
+        paths = save_heatmaps(wt, out)
         console.print(f"\nheatmaps written to {out}/: " + ", ".join(p.name for p in paths))
     if not wt.ok:
         console.print("[red]some checks failed[/red]")

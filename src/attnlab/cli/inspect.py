@@ -115,9 +115,9 @@ def _finish(ins, out: Path, settings: dict, figures: bool, n_texts: int) -> None
     for note in ins.notes:
         console.print(note)
     if figures:
-        from attnlab.plots.inspect import write_figures
+        from attnlab.plots.inspect import save_figures
 
-        write_figures(ins, out)
+        save_figures(ins, out)
         console.print(f"report: {report}  (figures in {out}/, PNG and SVG)")
     else:
         console.print(f"report: {report}  (--figures also writes PNG and SVG)")

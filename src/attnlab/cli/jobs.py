@@ -70,14 +70,14 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt,
     the folder ``d``. Returns the files written."""
     from attnlab._files import write_text_atomic
     from attnlab.models.paper import paper_tex
-    from attnlab.plots.forecast import plot_architecture, plot_forecast_attention
+    from attnlab.plots.forecast import save_architecture, save_forecast_attention
 
     d.mkdir(parents=True, exist_ok=True)
-    plot_architecture(model, d / "architecture.png")
+    save_architecture(model, d / "architecture.png")
     files = ["architecture.png"]
     inputs.figures = {"architecture": "architecture.png"}
     if model.pool != "mean":
-        plot_forecast_attention(bt, d / "attention.png", index, name)
+        save_forecast_attention(bt, d / "attention.png", index, name)
         inputs.figures["attention"] = "attention.png"
         files.append("attention.png")
     write_text_atomic(d / "paper.tex", paper_tex(inputs, lang))
@@ -172,7 +172,7 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     import pandas as pd
 
     from attnlab.models.forecast import AttentionForecaster
-    from attnlab.plots.forecast import (plot_backtest, plot_forecast_attention, plot_future,
+    from attnlab.plots.forecast import (save_backtest, save_forecast_attention, save_future,
                                         time_label)
 
     out = Path(out)
@@ -203,9 +203,9 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
         write_text_atomic(d / "forecast.csv", pd.DataFrame(
             {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
              "forecast": future}).to_csv(index=False))
-        figs = [plot_backtest(y, bt, d / "backtest.png", name),
-                plot_forecast_attention(bt, d / "attention.png", index, name),
-                plot_future(y, future, first_w, model.effective_lookback, d / "forecast.png",
+        figs = [save_backtest(y, bt, d / "backtest.png", name),
+                save_forecast_attention(bt, d / "attention.png", index, name),
+                save_future(y, future, first_w, model.effective_lookback, d / "forecast.png",
                             name, dates=dates, bt=bt)]
         write_text_atomic(d / "model.tex", model.to_latex())
         write_text_atomic(d / "model.md", model.to_markdown())
@@ -242,7 +242,7 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     from attnlab.models.baselines import tabular_baselines
     from attnlab.models.tabular import (FeatureAttentionClassifier, FeatureAttentionRegressor,
                                         infer_task)
-    from attnlab.plots.tabular import plot_feature_attention, plot_importance
+    from attnlab.plots.tabular import save_feature_attention, save_importance
 
     out = Path(out)
     if isinstance(X, pd.DataFrame):
@@ -273,9 +273,9 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
                "epochs_final": est.history_.epochs}
     with result_folder(out) as d:
         write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        figs = [plot_importance(est, d / "importance.png", title=f"{name}: feature importance "
+        figs = [save_importance(est, d / "importance.png", title=f"{name}: feature importance "
                                 "from [CLS] attention"),
-                plot_feature_attention(est, X, d / "attention.png", title=f"{name}: attention "
+                save_feature_attention(est, X, d / "attention.png", title=f"{name}: attention "
                                        "between feature tokens")]
         write_text_atomic(d / "model.tex", est.to_latex())
         write_text_atomic(d / "model.md", est.to_markdown())
@@ -295,7 +295,7 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
     :func:`~attnlab.models.graph_study.karate_study` and fit on the split of ``seed``."""
     from attnlab.models.graph import GATClassifier
     from attnlab.models.graph_study import karate_study
-    from attnlab.plots.graph import plot_attention_matrix, plot_graph
+    from attnlab.plots.graph import save_attention_matrix, save_graph
 
     out = Path(out)
     if karate_seeds:
@@ -317,8 +317,8 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
         write_text_atomic(d / "predictions.csv", "node,prediction,labelled\n"
                           + "\n".join(rows) + "\n")
         write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        figs = [plot_graph(clf, d / "graph.png", mask),
-                plot_attention_matrix(clf, d / "attention.png")]
+        figs = [save_graph(clf, d / "graph.png", mask),
+                save_attention_matrix(clf, d / "attention.png")]
         write_text_atomic(d / "model.tex", clf.to_latex())
         write_text_atomic(d / "model.md", clf.to_markdown())
         clf.save(d / "model")

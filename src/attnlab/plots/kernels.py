@@ -9,7 +9,7 @@ from matplotlib.patches import Patch, Rectangle
 from attnlab.core import masks as M
 from attnlab.core.layout import block_layout
 from attnlab.core.masks import band_range
-from attnlab.plots._figure import figure
+from attnlab.plots._figure import deprecated, figure
 
 PROGRAM_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
                   "#8C8C8C")
@@ -33,13 +33,12 @@ def _tiles(ax, kinds, owner, title, n_rows, n_cols, block, label):
     ax.text(0.98, 0.02, label, transform=ax.transAxes, fontsize=7.5, ha="right", va="bottom")
 
 
-def launch_grid_figure(paths: str | Path | list, *, n: int = 256, block: int = 32,
-                       window: int = 80) -> None:
+def draw_launch_grid(axes, *, n: int = 256, block: int = 32, window: int = 80):
     """The ``n x n`` score matrix of a causal sliding-window request cut into ``block`` tiles,
     three times: the forward / dQ grid (one program per query block walks its row), the dK / dV
     grid (one program per key block walks its column) and a block-sparse layout (dilated window
     plus a global token). Solid tiles keep every entry (no mask is read), hatched ones read the
-    mask, blank ones are never visited."""
+    mask, blank ones are never visited. Drawn into ``axes`` (three panels); returns them."""
     band = (window, 0)
     nb = -(-n // block)
     kinds = {}
@@ -57,25 +56,35 @@ def launch_grid_figure(paths: str | Path | list, *, n: int = 256, block: int = 3
     t = tiles_of(lay)
     sparse = {(int(q), int(k)): "full" if int(f) else "partial"
               for q, k, f in zip(t.tile_qb, t.tile_kb, t.tile_full)}
+    fig = axes[0].figure
+    _tiles(axes[0], kinds, lambda r, c: r,
+           "forward and dQ: grid (N_q / BLOCK_M, B·H)\none program per query block "
+           "walks its row", nb, nb, (block, block),
+           f"{visited} of {nb * nb} tiles visited")
+    _tiles(axes[1], kinds, lambda r, c: c,
+           "dK, dV: grid (N_k / BLOCK_N, B·H_kv)\none program per key block walks its "
+           "column", nb, nb, (block, block), "no atomics: each program owns its dK, dV")
+    _tiles(axes[2], sparse, lambda r, c: r,
+           "triton_blocksparse: a layout's tiles\n(dilated causal window + 1 global token)",
+           nb, nb, (block, block), f"{len(sparse)} tiles; read via row / column lists")
+    fig.legend(handles=[Patch(facecolor="#4C72B0", label="tile that keeps every entry"),
+                        Patch(facecolor="#4C72B0", alpha=0.45, hatch="///",
+                              label="tile that reads the mask"),
+                        Patch(facecolor="white", edgecolor="#999999",
+                              label="never visited")],
+               loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8,
+               frameon=False)
+    fig.suptitle(f"Triton kernels on {n} tokens, causal window {window}, {block} x {block} "
+                 "tiles: colour = the program that computes the tile", fontsize=10)
+    fig.subplots_adjust(bottom=0.17, top=0.8, wspace=0.35)
+    return axes
+
+
+def save_launch_grid(paths: str | Path | list, *, n: int = 256, block: int = 32,
+                     window: int = 80) -> None:
+    """:func:`draw_launch_grid` written to ``paths``."""
     with figure(paths, figsize=(12.6, 4.6), layout=None) as fig:
-        axes = fig.subplots(1, 3)
-        _tiles(axes[0], kinds, lambda r, c: r,
-               "forward and dQ: grid (N_q / BLOCK_M, B·H)\none program per query block "
-               "walks its row", nb, nb, (block, block),
-               f"{visited} of {nb * nb} tiles visited")
-        _tiles(axes[1], kinds, lambda r, c: c,
-               "dK, dV: grid (N_k / BLOCK_N, B·H_kv)\none program per key block walks its "
-               "column", nb, nb, (block, block), "no atomics: each program owns its dK, dV")
-        _tiles(axes[2], sparse, lambda r, c: r,
-               "triton_blocksparse: a layout's tiles\n(dilated causal window + 1 global token)",
-               nb, nb, (block, block), f"{len(sparse)} tiles; read via row / column lists")
-        fig.legend(handles=[Patch(facecolor="#4C72B0", label="tile that keeps every entry"),
-                            Patch(facecolor="#4C72B0", alpha=0.45, hatch="///",
-                                  label="tile that reads the mask"),
-                            Patch(facecolor="white", edgecolor="#999999",
-                                  label="never visited")],
-                   loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8,
-                   frameon=False)
-        fig.suptitle(f"Triton kernels on {n} tokens, causal window {window}, {block} x {block} "
-                     "tiles: colour = the program that computes the tile", fontsize=10)
-        fig.subplots_adjust(bottom=0.17, top=0.8, wspace=0.35)
+        draw_launch_grid(fig.subplots(1, 3), n=n, block=block, window=window)
+
+
+launch_grid_figure = deprecated("launch_grid_figure", save_launch_grid)
