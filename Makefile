@@ -25,6 +25,7 @@ demo: $(STAMP)
 # The suite needs chromium, TeX Live (xelatex + ctex) and poppler: installed here when missing.
 test: $(STAMP)
 	bash scripts/system-deps.sh
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15
 
 bench: $(STAMP)

@@ -4,8 +4,8 @@
 
 The load is ``--load`` processes spinning in pure Python (as a second job on a shared
 machine would). Each job runs with attnlab's default thread choice and, with ``--compare``,
-also with ``--threads`` set to the CPU count (torch's own default). Prints a Markdown table and writes
-``benchmarks/results/busy.json``.
+also with ``--threads`` set to the CPU count (torch's own default). Prints a Markdown table
+and writes ``benchmarks/results/busy.json``.
 """
 
 from __future__ import annotations

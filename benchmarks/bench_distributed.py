@@ -9,7 +9,8 @@ Each rank builds only its own shard (B=1, H=2, D=64, float32, causal, zig-zag la
 forward + backward once, after a warm-up call at 2048 tokens per rank. Memory is the process's
 peak resident set above what it held after the warm-up and building its inputs, with glibc
 told to map every allocation over 128 KiB on its own (MALLOC_MMAP_THRESHOLD_, set for the
-ranks by this script) so that freed tensors leave the resident set. Bytes on the wire are read from the loopback interface's counters
+ranks by this script) so that freed tensors leave the resident set. Bytes on the wire are read
+from the loopback interface's counters
 (/proc/net/dev) around the call, all ranks together, divided by P; the ring's volume per rank is
 (P - 1) K/V shards forward, (P - 1) K/V shards plus P float32 dK/dV shards backward.
 
@@ -185,14 +186,16 @@ def main() -> None:
             "inputs_mb": res[0]["inputs_mb"],
             "forward_s": max(r["forward_s"] for r in res),
             "backward_s": max(r["backward_s"] for r in res),
-            "sent_per_rank_mb": max(r["sent_bytes"] + r["backward_sent_bytes"] for r in res) / 2**20,
+            "sent_per_rank_mb": max(r["sent_bytes"] + r["backward_sent_bytes"]
+                                    for r in res) / 2**20,
             "ring_volume_mb": (theory_fwd + theory_bwd) / 2**20,
             "loopback_per_rank_mb": (lo[0] / world / 2**20) if lo[0] is not None else None,
             "wait_s": max(r["wait_s"] for r in res),
             "comm_alone_s": max(r["comm_alone_s"] for r in res),
             "work_max_over_min": max(r["work"] for r in res) / max(1, min(r["work"] for r in res)),
         }
-        row["hidden_share"] = (1 - row["wait_s"] / row["comm_alone_s"]) if row["comm_alone_s"] else None
+        row["hidden_share"] = ((1 - row["wait_s"] / row["comm_alone_s"])
+                               if row["comm_alone_s"] else None)
         rows.append(row)
         print(json.dumps(row), flush=True)
     cp = spawn(context_parallel_job, 2, args=(4096, args.heads, args.d), timeout=600)[0]

@@ -118,7 +118,8 @@ def main(argv=None) -> int:
         if name in was:
             higher = RATIOS[name]
             change = value / was[name] if higher else was[name] / value
-            line += f"  (recorded {was[name]:.2f}x: {'ok' if change >= 1 - args.slack else 'WORSE'})"
+            verdict = "ok" if change >= 1 - args.slack else "WORSE"
+            line += f"  (recorded {was[name]:.2f}x: {verdict})"
             if change < 1 - args.slack:
                 worse.append(name)
         print(line)

@@ -60,7 +60,8 @@ def stats_memory(n: int = 16384) -> dict:
     t = time.perf_counter()
     attention_stats(q, q, causal=True)
     return {"n": n, "seconds": time.perf_counter() - t,
-            "peak_above_before_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base,
+            "peak_above_before_mb":
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base,
             "dense_float64_mb": n * n * 8 / 2**20}
 
 

@@ -24,8 +24,7 @@ import torch
 from attnlab.models.backtest import rolling_origin
 from attnlab.models.datasets import load_panel
 from attnlab.models.forecast import AttentionForecaster
-from attnlab.models.spatiotemporal import (SpatioTemporalForecaster, simulated_crowd,
-                                           upstream_share)
+from attnlab.models.spatiotemporal import SpatioTemporalForecaster, simulated_crowd, upstream_share
 
 
 def per_series_attention(Y, horizon, season, lookback, n_origins, seed):

@@ -85,12 +85,44 @@ def _time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def timings(sizes: list[int], reps: int, heads: int, dim: int) -> list[dict]:
+
+def _cases(q, k, v, bm, flex) -> dict:
+    """The timed calls on one (q, k, v): SDPA flash, Triton, compiled Flex, dense and windowed."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from attnlab import attention
+
+    def flash():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    return {
+        "sdpa flash (dense)": flash,
+        "triton (dense)": lambda: attention(q, k, v, backend="triton"),
+        "flex compiled (dense)": lambda: flex(q, k, v),
+        "triton window 256": lambda: attention(q, k, v, window=256, backend="triton"),
+        "triton_blocksparse window 256":
+            lambda: attention(q, k, v, window=256, backend="triton_blocksparse"),
+        "flex compiled window 256": lambda: flex(q, k, v, block_mask=bm),
+    }
+
+
+def _passes(fn, q, k, v, do):
+    """The forward alone (no autograd) and forward + backward of one call."""
+    def fwd():
+        with torch.no_grad():
+            fn()
+
+    def fwd_bwd():
+        q.grad = k.grad = v.grad = None
+        fn().backward(do)
+
+    return fwd, fwd_bwd
+
+def timings(sizes: list[int], reps: int, heads: int, dim: int) -> list[dict]:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
 
     flex = torch.compile(flex_attention, dynamic=False)
     rows = []
@@ -100,33 +132,13 @@ def timings(sizes: list[int], reps: int, heads: int, dim: int) -> list[dict]:
                                    requires_grad=True) for _ in range(3))
             do = torch.randn_like(q)
 
-            def flash():
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v)
-
             def window_mod(b, h, qi, ki):
                 return (qi - ki).abs() <= 256
 
             bm = create_block_mask(window_mod, None, None, n, n, device="cuda")
-            cases = {
-                "sdpa flash (dense)": flash,
-                "triton (dense)": lambda: attention(q, k, v, backend="triton"),
-                "flex compiled (dense)": lambda: flex(q, k, v),
-                "triton window 256": lambda: attention(q, k, v, window=256, backend="triton"),
-                "triton_blocksparse window 256":
-                    lambda: attention(q, k, v, window=256, backend="triton_blocksparse"),
-                "flex compiled window 256": lambda: flex(q, k, v, block_mask=bm),
-            }
             base = {}
-            for label, fn in cases.items():
-                def fwd():
-                    with torch.no_grad():
-                        fn()
-
-                def fwd_bwd():
-                    q.grad = k.grad = v.grad = None
-                    fn().backward(do)
-
+            for label, fn in _cases(q, k, v, bm, flex).items():
+                fwd, fwd_bwd = _passes(fn, q, k, v, do)
                 rec = {"dtype": str(dtype).removeprefix("torch."), "n": n, "case": label}
                 for what, f in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
                     try:

@@ -28,8 +28,11 @@ def _log(name):
 def induction() -> None:
     from attnlab.inspect.ablation import ablate_heads, head_importance
     from attnlab.inspect.capture import record
-    from attnlab.inspect.heads import (duplicate_token_scores, induction_scores,
-                                       previous_token_scores)
+    from attnlab.inspect.heads import (
+        duplicate_token_scores,
+        induction_scores,
+        previous_token_scores,
+    )
     from attnlab.zoo.induction import repeat_losses, repeated_tokens, train
 
     model = train(log=_log("induction"))
@@ -64,7 +67,8 @@ def dates() -> None:
 
     model = train(log=_log("dates"))
     held = generate(2000, seed=12345, split="heldout")
-    facts = {"eval": "2000 held-out dates (a tenth of all dates, by hash, never in training), seed 12345",
+    facts = {"eval": "2000 held-out dates (a tenth of all dates, by hash, never in training), "
+                     "seed 12345",
              "exact_match": exact_match(model, held),
              "alignment_last_layer_mean_heads": alignment_accuracy(model, held)}
     zoo.save("dates", model, zoo.weights_dir(), facts)

@@ -121,8 +121,9 @@ def open_report(path, viewport=(1300, 1600), timeout_ms: int = 10_000):
             report = ReportPage(page)
             page.goto(path.resolve().as_uri())
             page.wait_for_function(
-                "() => [...document.querySelectorAll('.attnlab-report')].every(r => r.dataset.ready === '1')"
-                " && document.querySelectorAll('.attnlab-report').length > 0", timeout=timeout_ms)
+                "() => { const r = [...document.querySelectorAll('.attnlab-report')];"
+                " return r.length > 0 && r.every(x => x.dataset.ready === '1'); }",
+                timeout=timeout_ms)
             yield report
         finally:
             browser.close()

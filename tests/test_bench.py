@@ -2,7 +2,6 @@
 
 import json
 
-
 from attnlab.bench import cells as B
 from attnlab.cli import main
 

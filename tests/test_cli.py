@@ -49,7 +49,8 @@ def test_console_script_exit_status_without_traceback():
     exe = Path(sys.executable).parent / "attnlab"
     proc = subprocess.run([str(exe), "explain", "--window", "-3"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("attnlab: error: window must be") and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("attnlab: error: window must be")
+    assert "Traceback" not in proc.stderr
 
 
 def test_backends_command_lists_capabilities(capsys):
@@ -111,10 +112,9 @@ def sigint_default():
 
 
 def test_ctrl_c_exits_130_with_one_line():
+    import selectors
     import signal
     import time
-
-    import selectors
 
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "demo", "seq2seq", "--out",
                              os.devnull + "-not-written"], stdout=subprocess.PIPE,

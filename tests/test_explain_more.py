@@ -36,5 +36,6 @@ def test_additive_scoring_beside_the_dot_product(capsys, tmp_path):
 def test_unscaled_note_shows_a_sharper_softmax():
     tokens, q, k, v = example(n=16, d=64, seed=1)
     with_scale, without = unscaled_note(walk(tokens, q, k, v))
-    peak = [float(line.split("largest weight per row ")[1].split()[0]) for line in (with_scale, without)]
+    peak = [float(line.split("largest weight per row ")[1].split()[0])
+            for line in (with_scale, without)]
     assert peak[1] > peak[0]

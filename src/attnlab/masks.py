@@ -6,9 +6,21 @@ and :func:`materialize`. See that module for the positions convention (bottom-ri
 when N_q != N_k).
 """
 
-from attnlab.core.masks import (MaskFn, and_masks, causal, dilated, full, global_tokens,
-                                key_padding, materialize, or_masks, segments, to_additive,
-                                varlen, window)
+from attnlab.core.masks import (
+    MaskFn,
+    and_masks,
+    causal,
+    dilated,
+    full,
+    global_tokens,
+    key_padding,
+    materialize,
+    or_masks,
+    segments,
+    to_additive,
+    varlen,
+    window,
+)
 
 __all__ = ["MaskFn", "and_masks", "causal", "dilated", "full", "global_tokens", "key_padding",
            "materialize", "or_masks", "segments", "to_additive", "varlen", "window"]

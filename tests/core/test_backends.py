@@ -81,7 +81,8 @@ def small_tiles(tiles):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("mask_name", list(MASKS))
-@pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: f"{s[0]}-{s[1]}x{s[2]}-d{s[3]}/{s[4]}")
+@pytest.mark.parametrize("shape", SMALL_SHAPES,
+                         ids=lambda s: f"{s[0]}-{s[1]}x{s[2]}-d{s[3]}/{s[4]}")
 @pytest.mark.parametrize("backend", ["sdpa", "tiled"])
 def test_backend_matches_reference(backend, shape, mask_name, dtype, small_tiles):
     batch, n_q, n_k, d_k, d_v = shape

@@ -30,7 +30,8 @@ def _structured(name, batch, n_q, n_k):
         "segments": {"mask": masks.segments(torch.arange(n_q) * 4 // n_q,
                                             torch.arange(n_k) * 4 // n_k)},
         "key_padding": {"mask": masks.key_padding(torch.tensor([max(n_k - 20, 1), 0][: batch[0]]))},
-        "causal&padding": {"causal": True, "mask": masks.key_padding(torch.tensor([n_k, 3][: batch[0]]))},
+        "causal&padding": {"causal": True,
+                           "mask": masks.key_padding(torch.tensor([n_k, 3][: batch[0]]))},
         "window&dilated": {"window": (40, 0), "mask": masks.dilated(2, offset=off)},
         "bool": {"mask": torch.rand(n_q, n_k, generator=g) > 0.85},
         "flex-style": {"mask": lambda b, h, qi, ki: (ki % 5 == 0) | (qi + off == ki)},
@@ -111,7 +112,8 @@ def test_auto_picks_blocksparse_for_narrow_bands_only(tiles):
     q, k, v = (torch.randn(1, 8, 16384, 8) for _ in range(3))
     assert which_backend(q, k, v, window=(256, 256)) == "blocksparse"
     assert which_backend(q, k, v, causal=True, window=(256, 0)) == "blocksparse"
-    assert which_backend(q, k, v, causal=True) == "sdpa"             # SDPA skips the triangle itself
+    # SDPA skips the triangle itself
+    assert which_backend(q, k, v, causal=True) == "sdpa"
     small = [t[..., :64, :] for t in (q, k, v)]
     assert which_backend(*small, window=(256, 256)) == "sdpa"
 

@@ -8,7 +8,8 @@ reference: outputs, lse and the gradients of <out, c> + <lse, c'>.
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention, list_backends

@@ -1,7 +1,8 @@
 """Property test: random shapes, masks and options; every exact backend equals the reference."""
 
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attnlab.core.backends.tiled as tiled_mod
 from attnlab import attention

@@ -17,7 +17,8 @@ def test_two_keys_hand_computed():
     s = math.sqrt(2.0)
     a0 = math.exp(s) / (math.exp(s) + 1.0)
     assert torch.allclose(res.weights, torch.tensor([[a0, 1 - a0]], dtype=torch.float64))
-    assert torch.allclose(res.out, torch.tensor([[10 * a0, 10 * (1 - a0), 1.0]], dtype=torch.float64))
+    want = torch.tensor([[10 * a0, 10 * (1 - a0), 1.0]], dtype=torch.float64)
+    assert torch.allclose(res.out, want)
     assert res.lse.item() == pytest.approx(math.log(math.exp(s) + 1.0))
 
 
@@ -36,7 +37,8 @@ def test_scale_and_temperature():
     k = torch.tensor([[1.0], [0.0]], dtype=torch.float64)
     v = torch.eye(2, dtype=torch.float64)
     # scores (2, 0) * scale 3 / temperature 2 = (3, 0)
-    w = attention(q, k, v, scale=3.0, temperature=2.0, backend="reference", return_weights=True).weights
+    w = attention(q, k, v, scale=3.0, temperature=2.0, backend="reference",
+                  return_weights=True).weights
     assert w[0, 0].item() == pytest.approx(math.exp(3) / (math.exp(3) + 1))
 
 
@@ -54,7 +56,8 @@ def test_bottom_right_causal_pattern():
     k = torch.zeros(4, 3, dtype=torch.float64)
     v = torch.ones(4, 1, dtype=torch.float64)
     w = attention(q, k, v, causal=True, backend="reference", return_weights=True).weights
-    expected = torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    expected = torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0.0], [0.25, 0.25, 0.25, 0.25]],
+                            dtype=torch.float64)
     assert torch.allclose(w, expected)
 
 

@@ -41,7 +41,8 @@ DENSE = {
     "causal": lambda s: {"causal": True},
     "window": lambda s: {"window": (5, 3)},
     "causal+window": lambda s: {"causal": True, "window": 7},
-    "key_padding": lambda s: {"mask": masks.key_padding(torch.tensor([max(s[3] - 4, 1), 0][:s[0]]))},
+    "key_padding": lambda s: {
+        "mask": masks.key_padding(torch.tensor([max(s[3] - 4, 1), 0][:s[0]]))},
     "padding+causal": lambda s: {"causal": True,
                                  "mask": masks.key_padding(torch.tensor([s[3], 1][:s[0]]))},
     "varlen causal": lambda s: {"mask": masks.varlen(torch.tensor([s[2], 1][:s[0]]),

@@ -16,9 +16,11 @@ q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 3)
     (dict(q=torch.ones(2, 5, 8, dtype=torch.long)), TypeError, ["floating", "q.float()"]),
     (dict(v=torch.randn(2, 7, 3, dtype=torch.float64)), TypeError, ["share one dtype"]),
     (dict(q=torch.randn(8)), ValueError, ["at least 2 dims"]),
-    (dict(mask=torch.ones(5, 6, dtype=torch.bool)), ValueError, ["mask of shape (5, 6)", "(N_q, N_k)"]),
+    (dict(mask=torch.ones(5, 6, dtype=torch.bool)), ValueError,
+     ["mask of shape (5, 6)", "(N_q, N_k)"]),
     (dict(mask=torch.ones(3, 5, 7, dtype=torch.bool)), ValueError, ["does not broadcast"]),
-    (dict(mask=torch.ones(5, 7, dtype=torch.int64)), TypeError, ["mask must be bool", "mask.bool()"]),
+    (dict(mask=torch.ones(5, 7, dtype=torch.int64)), TypeError,
+     ["mask must be bool", "mask.bool()"]),
     (dict(mask="causal"), TypeError, ["mask must be", "attnlab.core.masks"]),
     (dict(scale=0.0), ValueError, ["scale must be", "> 0"]),
     (dict(scale=-1.0), ValueError, ["scale"]),
@@ -29,7 +31,8 @@ q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 3)
     (dict(window=-1), ValueError, ["window must be", "(left, right)"]),
     (dict(window=(1, 2, 3)), ValueError, ["window"]),
     (dict(causal=1), TypeError, ["causal must be True or False"]),
-    (dict(backend="flash3"), ValueError, ["backend must be one of", "reference", "tiled", "'flash3'"]),
+    (dict(backend="flash3"), ValueError,
+     ["backend must be one of", "reference", "tiled", "'flash3'"]),
     (dict(generator=0), TypeError, ["generator must be a torch.Generator"]),
 ])
 def test_bad_input_names_argument_and_fix(kwargs, exc, words):

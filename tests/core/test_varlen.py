@@ -59,7 +59,8 @@ def test_the_deprecated_keywords_warn_and_equal_the_mask_function():
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_bad_lengths():
     q = torch.randn(4, 2, 9, 8)
-    with pytest.raises(ValueError, match="kv_lengths must be \\(B,\\) = \\(4,\\) with entries <= 9"):
+    with pytest.raises(ValueError,
+                       match="kv_lengths must be \\(B,\\) = \\(4,\\) with entries <= 9"):
         attention(q, q, q, kv_lengths=torch.tensor([1, 2, 3, 10]))
     with pytest.raises(ValueError, match="mask function, not a mask tensor"):
         attention(q, q, q, q_lengths=Q_LEN, mask=torch.ones(9, 9, dtype=torch.bool))

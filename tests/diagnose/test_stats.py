@@ -46,7 +46,8 @@ def test_scores_of_known_variance():
     assert s.predicted_std == 1.0 and torch.allclose(s.score_std, torch.ones(2), atol=0.03)
     assert torch.allclose(s.expected_std, torch.ones(2), atol=0.03)
     raw = attention_stats(q, k, scale=1.0)
-    assert raw.predicted_std == 8.0 and torch.allclose(raw.score_std, torch.full((2,), 8.0), rtol=0.03)
+    assert raw.predicted_std == 8.0
+    assert torch.allclose(raw.score_std, torch.full((2,), 8.0), rtol=0.03)
     assert torch.allclose(attention_stats(3 * q, k).score_std, torch.full((2,), 3.0), rtol=0.03)
 
 
@@ -61,7 +62,8 @@ def test_uniform_and_saturated_softmax():
     hot = attention_stats(100 * torch.eye(4).view(1, 1, 4, 4), k, scale=1.0)
     assert float(hot.saturation) == 1.0 and float(hot.entropy_ratio) < 1e-3
     assert float(hot.jacobian_norm) < 1e-6
-    first = attention_stats(torch.ones(1, 1, 6, 2), torch.tensor([[[[9.0, 9.0]] + [[0.0, 0.0]] * 5]]),
+    first = attention_stats(torch.ones(1, 1, 6, 2),
+                            torch.tensor([[[[9.0, 9.0]] + [[0.0, 0.0]] * 5]]),
                             scale=1.0)
     assert float(first.sink_mass) > 0.99
 

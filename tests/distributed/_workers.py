@@ -7,8 +7,7 @@ from __future__ import annotations
 import torch
 
 from attnlab import masks
-from attnlab.distributed import (gather, ring_attention, sequence_parallel, shard,
-                                 ulysses_attention)
+from attnlab.distributed import gather, ring_attention, sequence_parallel, shard, ulysses_attention
 from attnlab.distributed import layout as L
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -69,7 +68,8 @@ def run_case(rank: int, world: int, case: dict):
                   mask=mask, key_mask=key_mask, softcap=case.get("softcap"),
                   layout=case["layout"], return_lse=True, timeout=60, stats=stats)
     finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
-    loss = (out.double() * L.take(c_out, qr)).sum() + (finite.double() * L.take(c_lse, qr, dim=-1)).sum()
+    loss = ((out.double() * L.take(c_out, qr)).sum()
+            + (finite.double() * L.take(c_lse, qr, dim=-1)).sum())
     loss.backward()
     layout = case["layout"] if case.get("q_lengths") is None else "contiguous"
     got = [gather(t.detach().double(), layout=layout, dim=2)

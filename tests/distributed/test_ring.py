@@ -83,7 +83,8 @@ def test_sharded_equals_single_process_reference(world):
             scale = max(float(b[torch.isfinite(b)].abs().max()), 1.0)
             factor = 2.0 if name in ("out", "lse") else 3.0
             assert max_err(a, b) <= factor * max_err(p, b) + floor * scale, \
-                f"{name} {dtype}: {max_err(a, b):.3g} vs reference {max_err(p, b):.3g}: {describe(case)}"
+                (f"{name} {dtype}: {max_err(a, b):.3g} vs reference {max_err(p, b):.3g}: "
+                 f"{describe(case)}")
 
 
 def test_fully_masked_rows_are_zero_never_nan():

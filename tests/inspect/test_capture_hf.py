@@ -9,7 +9,7 @@ padded batch -- left-padded for the decoders, the encoder padded for the encoder
 
 import pytest
 import torch
-import transformers          # a dependency of attnlab (the embedded model's tokenizer)
+import transformers  # a dependency of attnlab (the embedded model's tokenizer)
 
 from attnlab.inspect.capture import UnsupportedAttentionOption, _hf_attention, record
 

@@ -4,8 +4,12 @@ import pytest
 import torch
 
 from attnlab.inspect.ablation import ablate_heads, attention_modules, head_importance, head_means
-from attnlab.inspect.heads import (copying_score, duplicate_token_scores, induction_scores,
-                                   previous_token_scores)
+from attnlab.inspect.heads import (
+    copying_score,
+    duplicate_token_scores,
+    induction_scores,
+    previous_token_scores,
+)
 from attnlab.nn import MultiheadAttention
 
 

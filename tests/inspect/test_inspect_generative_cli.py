@@ -7,8 +7,8 @@ import shutil
 import pytest
 import torch
 
-from attnlab.nn.bert import default_model_path
 from attnlab.cli import main
+from attnlab.nn.bert import default_model_path
 
 
 def _folder(tmp_path, kind):

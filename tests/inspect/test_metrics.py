@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.inspect.attribution import (_with_residual, flow, flow_from, gradient_weighted,
-                                        rollout)
+from attnlab.inspect.attribution import _with_residual, flow, flow_from, gradient_weighted, rollout
 from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
 from attnlab.inspect.taxonomy import label_heads
 
@@ -203,7 +202,7 @@ def test_punctuation_mass_counts_period_and_comma_as_clark_et_al():
     from attnlab.inspect.metrics import is_period_or_comma
 
     assert is_period_or_comma(".") and is_period_or_comma(",")
-    assert not is_period_or_comma("!") and not is_period_or_comma("?") and not is_period_or_comma("-")
+    assert not any(is_period_or_comma(c) for c in "!?-")
 
 
 @pytest.mark.parametrize("n", [3, 65, 130])

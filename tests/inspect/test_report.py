@@ -118,7 +118,8 @@ def test_length_limit_is_an_error_or_an_explicit_cut(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "602 tokens, more than the 512 positions" in err and "--truncate" in err
     assert "Traceback" not in err
-    assert main(["inspect", long_text, "--truncate", "--no-flow", "--out", str(tmp_path / "b")]) == 0
+    args = ["inspect", long_text, "--truncate", "--no-flow", "--out", str(tmp_path / "b")]
+    assert main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "text 1 was cut from 602 to 512 tokens" in out
     page = (tmp_path / "b" / "report.html").read_text()

@@ -10,7 +10,6 @@ from attnlab.inspect.report import write_report
 from tests.helpers import open_report
 
 
-
 @pytest.fixture(scope="module")
 def dates_ins():
     return inspect_dates("3. März 2021")

@@ -80,7 +80,7 @@ def test_ar_baseline_recovers_an_autoregression():
         y[t] = 1.6 * y[t - 1] - 0.8 * y[t - 2] + rng.normal()
     y += 50
     true = np.array([y[-1], y[-2]])
-    for h in range(3):                                   # noise-free continuation
+    for _ in range(3):                                   # noise-free continuation
         true = np.r_[50 + 1.6 * (true[0] - 50) - 0.8 * (true[1] - 50), true[:1]]
     fc = ar_forecast(y, 3, season=11)
     assert fc.shape == (3,) and abs(fc[2] - true[0]) < 0.5

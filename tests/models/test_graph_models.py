@@ -129,8 +129,7 @@ def test_gat_classifier_validates_its_parameters(kw, words):
 def test_every_estimator_says_not_fitted_the_scikit_learn_way():
     from sklearn.exceptions import NotFittedError
 
-    from attnlab.models import (AttentionForecaster, FeatureAttentionClassifier,
-                                ReversalSeq2Seq)
+    from attnlab.models import AttentionForecaster, FeatureAttentionClassifier, ReversalSeq2Seq
 
     for call in (lambda: GATClassifier().predict(), lambda: AttentionForecaster().predict(),
                  lambda: FeatureAttentionClassifier().predict([[0.0]]),

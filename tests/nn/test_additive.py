@@ -64,8 +64,7 @@ def test_cosine_attention_bounded_scores_and_learned_temperature():
 
 
 def test_attend_equals_attention_for_dot_product_scores():
-    q, k, v = torch.randn(2, 5, 4, dtype=torch.float64), torch.randn(2, 7, 4, dtype=torch.float64), \
-        torch.randn(2, 7, 3, dtype=torch.float64)
+    q, k, v = (torch.randn(2, n, d, dtype=torch.float64) for n, d in ((5, 4), (7, 4), (7, 3)))
     s = q @ k.transpose(-1, -2) / 2.0
     for kw in ({}, {"causal": True}, {"window": (1, 1)}, {"temperature": 0.3}):
         a = attend(s, v, return_lse=True, return_weights=True, **kw)

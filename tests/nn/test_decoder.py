@@ -60,7 +60,8 @@ def _compare(ref, ours, args, kw, train, tol=1e-10):
     for m in (ref, ours):
         out = m(*args, **kw)
         res.append((out, torch.autograd.grad(out.square().sum(), [*args, *m.parameters()])))
-    assert torch.allclose(res[0][0], res[1][0], atol=tol), float((res[0][0] - res[1][0]).abs().max())
+    diff = float((res[0][0] - res[1][0]).abs().max())
+    assert torch.allclose(res[0][0], res[1][0], atol=tol), diff
     for a, b in zip(res[0][1], res[1][1]):
         assert torch.allclose(a, b, atol=10 * tol)
 

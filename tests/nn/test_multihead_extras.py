@@ -92,7 +92,8 @@ def test_grouped_query_attention_module(kv_heads):
     full = MultiheadAttention(e, h, batch_first=True).double()
     w_q, w_k, w_v = gqa.in_proj_weight.detach().split([e, kv_heads * d, kv_heads * d])
     b_q, b_k, b_v = gqa.in_proj_bias.detach().split([e, kv_heads * d, kv_heads * d])
-    rep = lambda t: t.view(kv_heads, d, *t.shape[1:]).repeat_interleave(g, 0).reshape(e, *t.shape[1:])  # noqa: E731
+    def rep(t):
+        return t.view(kv_heads, d, *t.shape[1:]).repeat_interleave(g, 0).reshape(e, *t.shape[1:])
     with torch.no_grad():
         full.in_proj_weight.copy_(torch.cat([w_q, rep(w_k), rep(w_v)]))
         full.in_proj_bias.copy_(torch.cat([b_q, rep(b_k), rep(b_v)]))

@@ -5,8 +5,14 @@ import math
 import pytest
 import torch
 
-from attnlab.nn import (LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                        alibi_bias, alibi_slopes, sinusoidal_table)
+from attnlab.nn import (
+    LearnedPositionalEncoding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_bias,
+    alibi_slopes,
+    sinusoidal_table,
+)
 
 
 def test_sinusoidal_closed_form():

@@ -99,7 +99,8 @@ def test_feedforward_and_bad_arguments():
     assert torch.allclose(ff(x), expected)
     with pytest.raises(ValueError, match="activation must be one of"):
         FeedForward(8, 16, activation="swishy")
-    with pytest.raises(ValueError, match="embed_dim \\(10\\) must be divisible by num_heads \\(4\\)"):
+    with pytest.raises(ValueError,
+                       match="embed_dim \\(10\\) must be divisible by num_heads \\(4\\)"):
         EncoderLayer(10, 4)
     with pytest.raises(ValueError, match="num_layers must be an int >= 1"):
         Encoder(EncoderLayer(8, 2), 0)

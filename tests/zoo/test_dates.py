@@ -5,8 +5,16 @@ import pytest
 import torch
 
 from attnlab import zoo
-from attnlab.zoo.dates import (FORMATS, alignment_accuracy, batch, decode, example, exact_match,
-                               generate, tokenize)
+from attnlab.zoo.dates import (
+    FORMATS,
+    alignment_accuracy,
+    batch,
+    decode,
+    exact_match,
+    example,
+    generate,
+    tokenize,
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,7 @@ import torch
 from attnlab import zoo
 from attnlab.inspect.ablation import ablate_heads, head_importance
 from attnlab.inspect.capture import record
-from attnlab.inspect.heads import (duplicate_token_scores, induction_scores,
-                                   previous_token_scores)
+from attnlab.inspect.heads import duplicate_token_scores, induction_scores, previous_token_scores
 from attnlab.zoo.induction import repeat_losses, repeated_tokens
 
 L = 20

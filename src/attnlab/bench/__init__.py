@@ -7,8 +7,18 @@
   measured on bundled passages (``attnlab bench --model default``).
 """
 
-from attnlab.bench.cells import (GROUPS, QUICK_SIZES, SIZES, errors, machine, measure_cell,
-                                 ratio, run, time_and_peak, tradeoff)
+from attnlab.bench.cells import (
+    GROUPS,
+    QUICK_SIZES,
+    SIZES,
+    errors,
+    machine,
+    measure_cell,
+    ratio,
+    run,
+    time_and_peak,
+    tradeoff,
+)
 
 __all__ = ["GROUPS", "QUICK_SIZES", "SIZES", "errors", "machine", "measure_cell", "ratio",
            "run", "time_and_peak", "tradeoff"]

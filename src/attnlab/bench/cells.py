@@ -83,7 +83,8 @@ def _make(method: str, group: str, n: int, q, k, v):
         e = A.pooling_projection(n, 256)
         fn = lambda: A.linformer_attention(q, k, v, e, e)  # noqa: E731
     else:                                                   # one of attnlab's exact backends
-        kw = {"window": WINDOW} if group == "window" else {"causal": True} if group == "causal" else {}
+        kw = ({"window": WINDOW} if group == "window" else {"causal": True} if group == "causal"
+              else {})
         backend = method
         fn = lambda: attention(q, k, v, backend=backend, **kw)  # noqa: E731
     return fn, time.perf_counter() - t0
@@ -155,7 +156,8 @@ def errors(n: int = 1024) -> list[dict]:
 
     out = []
     for group, methods in GROUPS.items():
-        kw = {"window": WINDOW} if group == "window" else {"causal": True} if group == "causal" else {}
+        kw = ({"window": WINDOW} if group == "window" else {"causal": True} if group == "causal"
+              else {})
         exact = attention(q.double(), k.double(), v.double(), backend="reference", **kw)
         for m in methods:
             if m == "flex":
@@ -188,10 +190,12 @@ def tradeoff(n: int = 1024) -> list[dict]:
                       lambda m: (lambda w: lambda: A.performer_attention(q, k, v, w))(
                           A.orthogonal_gaussian(m, 64, torch.Generator().manual_seed(0)))),
         "performer (q, k x 0.3)": ([16, 32, 64, 128, 256, 512, 1024],
-                                   lambda m: (lambda w: lambda: A.performer_attention(qs, ks, v, w))(
-                                       A.orthogonal_gaussian(m, 64, torch.Generator().manual_seed(0)))),
+                                   lambda m: (lambda w: lambda: A.performer_attention(
+                                       qs, ks, v, w))(A.orthogonal_gaussian(
+                                           m, 64, torch.Generator().manual_seed(0)))),
         "linformer (pooling E, F)": ([16, 32, 64, 128, 256, 512, 1024],
-                                     lambda r: (lambda e: lambda: A.linformer_attention(q, k, v, e, e))(
+                                     lambda r: (lambda e: lambda: A.linformer_attention(
+                                         q, k, v, e, e))(
                                          A.pooling_projection(n, r))),
         "lsh": ([16, 32, 64, 128, 256, 512],
                 lambda c: lambda: A.lsh_attention(q, k, v, chunk=c, n_buckets=8,

@@ -20,8 +20,10 @@ def bench(
     model: Optional[str] = typer.Option(None, help="'default': instead of random inputs, swap "
                                         "the embedded model's attention for each "
                                         "approximation and measure it on bundled text."),
-    pairs: int = typer.Option(32, min=2, max=40, help="With --model: passage pairs of the retrieval task."),
-    finetune: int = typer.Option(0, min=0, max=5000, help="With --model: also fine-tune the model with each "
+    pairs: int = typer.Option(32, min=2, max=40, help="With --model: passage pairs of the "
+                              "retrieval task."),
+    finetune: int = typer.Option(0, min=0, max=5000, help="With --model: also fine-tune the "
+                                 "model with each "
                                  "approximation for this many steps (about 0.4 s each) to match "
                                  "the exact embeddings on other passages, and measure again."),
 ):

@@ -1,4 +1,5 @@
-"""``attnlab check``: an attention function (or a registered backend) through the conformance kit."""
+"""``attnlab check``: an attention function (or a registered backend) through the conformance
+kit."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ def _layer_table(diag, title: str) -> Table:
                      "weight > 0.99; H / ln n: entropy over its maximum; ‖J‖: the softmax "
                      "Jacobian's norm (gradient it passes); sink: weight on the first token")
     for row in diag.per_layer():
-        table.add_row(row["layer"][len(prefix):], f"{row['score_std']:.2f}", f"{row['predicted_std']:.2f}",
+        table.add_row(row["layer"][len(prefix):], f"{row['score_std']:.2f}",
+                      f"{row['predicted_std']:.2f}",
                       f"{row['score_max']:.1f}", f"{row['saturation']:.0%}",
                       f"{row['entropy_ratio']:.2f}", f"{row['jacobian_norm']:.3f}",
                       f"{row['sink_mass']:.2f}")

@@ -18,7 +18,8 @@ from attnlab.cli.app import UsageError, command, console, parse_window
 
 @command()
 def explain(
-    seed: Optional[int] = typer.Option(None, help="Random example with this seed (default: the built-in sentence)."),
+    seed: Optional[int] = typer.Option(None, help="Random example with this seed (default: the "
+                                       "built-in sentence)."),
     n: Optional[int] = typer.Option(None, min=1, max=64, help="Number of tokens of a random "
                                     "example (printed in full: at most 64)."),
     d: Optional[int] = typer.Option(None, min=1, max=64, help="Head dimension D_k of a random "
@@ -42,8 +43,7 @@ def explain(
                                   "scale prevents on these Q and K (score spread, peakedness)."),
 ):
     """Show every step of attention on real numbers and check the code equals the formula."""
-    from attnlab.explain import (additive_walk, example, heads_walk, model_walk,
-                                 unscaled_note, walk)
+    from attnlab.explain import additive_walk, example, heads_walk, model_walk, unscaled_note, walk
     from attnlab.plots.explain import save_heatmaps
 
     if plots and out.exists() and not out.is_dir():
@@ -91,7 +91,8 @@ def _cell(x: float) -> str:
     return "-inf" if x == float("-inf") else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
 
 
-def _show(console: Console, caption: str, m: torch.Tensor, rows: list[str], cols: list[str]) -> None:
+def _show(console: Console, caption: str, m: torch.Tensor, rows: list[str],
+          cols: list[str]) -> None:
     """A caption line, then the matrix with token labels (labels are user text: escaped).
 
     Every number is printed whole: where the columns do not fit the console's width (80 in a

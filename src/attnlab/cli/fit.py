@@ -25,11 +25,13 @@ def fit_forecast_cmd(
     exog: Optional[str] = typer.Option(None, help="Comma-separated past-covariate columns."),
     example: Optional[str] = typer.Option(None, help="Bundled series instead of --csv: co2, "
                                           "sunspots, elnino or unemployment."),
-    horizon: Optional[int] = typer.Option(None, min=1, help="Steps to forecast (example default: one "
+    horizon: Optional[int] = typer.Option(None, min=1, help="Steps to forecast (example "
+                                          "default: one "
                                           "season)."),
-    season: Optional[int] = typer.Option(None, min=1, help="Seasonal period, e.g. 12 for monthly data."),
-    lookback: Optional[int] = typer.Option(None, min=1, help="Past steps the model reads (default 3 "
-                                           "seasons, or 24)."),
+    season: Optional[int] = typer.Option(None, min=1, help="Seasonal period, e.g. 12 for "
+                                         "monthly data."),
+    lookback: Optional[int] = typer.Option(None, min=1, help="Past steps the model reads "
+                                           "(default 3 seasons, or 24)."),
     encoder: str = typer.Option("gru", help="gru, lstm or transformer."),
     base: str = typer.Option("auto", help="Statistical forecast the network corrects: auto "
                              "(best of seasonal_naive, ets, ar on the training tail), "

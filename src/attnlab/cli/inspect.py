@@ -45,7 +45,8 @@ def inspect_cmd(
         try:
             lines = [ln for ln in file.read_text(encoding="utf-8").splitlines() if ln.strip()]
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--file {file}: cannot read it ({exc}); pass a UTF-8 text file") from None
+            raise UsageError(f"--file {file}: cannot read it ({exc}); pass a UTF-8 text "
+                             "file") from None
         if not lines:
             raise UsageError(f"--file {file} has no non-empty line; put one text per line")
         texts = [tuple(ln.split("\t", 1)) if "\t" in ln else (ln, None) for ln in lines]

@@ -172,8 +172,12 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     import pandas as pd
 
     from attnlab.models.forecast import AttentionForecaster
-    from attnlab.plots.forecast import (save_backtest, save_forecast_attention, save_future,
-                                        time_label)
+    from attnlab.plots.forecast import (
+        save_backtest,
+        save_forecast_attention,
+        save_future,
+        time_label,
+    )
 
     out = Path(out)
     model = AttentionForecaster(horizon=horizon, season=season, **params)
@@ -235,13 +239,15 @@ def _future_index(index, horizon: int) -> list[str] | None:
 def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
                 name: str = "table", say: Say = _quiet, **params) -> dict:
     """Cross-validate against the baselines, fit on all rows, write everything to ``out``."""
+    import pandas as pd
     from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
 
-    import pandas as pd
-
     from attnlab.models.baselines import tabular_baselines
-    from attnlab.models.tabular import (FeatureAttentionClassifier, FeatureAttentionRegressor,
-                                        infer_task)
+    from attnlab.models.tabular import (
+        FeatureAttentionClassifier,
+        FeatureAttentionRegressor,
+        infer_task,
+    )
     from attnlab.plots.tabular import save_feature_attention, save_importance
 
     out = Path(out)

@@ -12,6 +12,7 @@ import typer
 from attnlab.cli.app import UsageError, command, console, say, working
 from attnlab.cli.jobs import ENGINES, write_paper
 
+
 @command("paper")
 def paper_cmd(
     example: Optional[str] = typer.Option(None, help="Bundled series: co2, sunspots, elnino "

@@ -18,7 +18,8 @@ def predict(
     target: Optional[str] = typer.Option(None, help="Series column (forecast) or a column to "
                                          "ignore (tabular)."),
     time: Optional[str] = typer.Option(None, help="Date column of --csv (forecast)."),
-    horizon: Optional[int] = typer.Option(None, min=1, help="Steps to forecast (default: as fitted)."),
+    horizon: Optional[int] = typer.Option(None, min=1, help="Steps to forecast (default: as "
+                                          "fitted)."),
     exog: Optional[str] = typer.Option(None, help="Comma-separated covariate columns of --csv "
                                        "(a forecaster fitted with --exog)."),
     id: Optional[str] = typer.Option(None, "--id", help="Column of --csv copied into the "

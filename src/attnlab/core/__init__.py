@@ -13,8 +13,13 @@ Leading dims may be any broadcastable shape; (B, H) is the common case.
 
 from attnlab.core import masks
 from attnlab.core.api import attend, attention, which_backend
-from attnlab.core.registry import (Backend, Capabilities, list_backends, register_backend,
-                                   unregister_backend)
+from attnlab.core.registry import (
+    Backend,
+    Capabilities,
+    list_backends,
+    register_backend,
+    unregister_backend,
+)
 from attnlab.core.softmax import masked_softmax, merge_partials
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 

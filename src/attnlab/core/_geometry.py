@@ -184,7 +184,8 @@ def block_band(band: Band | None, offset: int, q_range: tuple[int, int],
     return "shift", q0 - k0 + offset
 
 
-def tile_of(mask: torch.Tensor, q_range: tuple[int, int], kv_range: tuple[int, int]) -> torch.Tensor:
+def tile_of(mask: torch.Tensor, q_range: tuple[int, int],
+            kv_range: tuple[int, int]) -> torch.Tensor:
     """The ``[q0:q1, k0:k1]`` tile of a mask that broadcasts to ``(..., N_q, N_k)``: a size-1
     query or key dim (a padding mask ``(B, 1, 1, N_k)``, a per-query mask ``(N_q, 1)``) is
     kept at size 1 and broadcasts over the tile, instead of being sliced to size 0."""

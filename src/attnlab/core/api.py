@@ -12,8 +12,13 @@ import torch
 from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
 from attnlab.core.registry import get_backend, select_backend
 from attnlab.core.softmax import merge_partials
-from attnlab.core.spec import (AttentionOutput, broadcast_shapes, build_spec, describe,
-                              spec_from_shapes)
+from attnlab.core.spec import (
+    AttentionOutput,
+    broadcast_shapes,
+    build_spec,
+    describe,
+    spec_from_shapes,
+)
 from attnlab.core.weigh import weigh_values
 
 # A function that takes over attention() calls while set (attnlab.distributed.sequence_parallel
@@ -85,7 +90,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
             scaled scores (``-inf`` allowed). A mask function ``fn(b, h, q_idx, kv_idx)`` from
             :mod:`attnlab.core.masks` is also accepted. Default None.
         causal: bottom-right aligned causal mask. Default False.
-        window: ``int`` w for ``(w, w)``, or ``(left, right)`` with None for unbounded. Default None.
+        window: ``int`` w for ``(w, w)``, or ``(left, right)`` with None for unbounded.
+            Default None.
         scale: multiplies ``Q K^T``; default ``1/sqrt(D_k)``. Must be > 0.
         temperature: divides the scaled scores; > 1 flattens, < 1 sharpens. Default 1.0.
         dropout_p: dropout on the weights, in [0, 1). Applied whenever > 0 (pass 0.0 at eval).

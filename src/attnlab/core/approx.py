@@ -120,7 +120,8 @@ def kernel_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
     outs = []
     tril = torch.ones(chunk, chunk, dtype=torch.bool, device=v.device).tril()
     for c0 in range(0, n, chunk):
-        pq, pk, vc = phi_q[..., c0:c0 + chunk, :], phi_k[..., c0:c0 + chunk, :], v[..., c0:c0 + chunk, :]
+        rows = slice(c0, c0 + chunk)
+        pq, pk, vc = phi_q[..., rows, :], phi_k[..., rows, :], v[..., rows, :]
         c = pq.shape[-2]
         intra = (pq @ pk.transpose(-1, -2)).masked_fill(~tril[:c, :c], 0.0)     # (..., c, c)
         num = pq @ state + intra @ vc

@@ -55,7 +55,8 @@ class BlockLayout:
         """The layout as a mask function: the exact mask it was built from."""
         keep = (q_idx >= 0) & (kv_idx >= 0)
         if self.band is not None:
-            keep = keep & M.window(self.band[0], self.band[1], self.n_k - self.n_q)(b, h, q_idx, kv_idx)
+            band = M.window(self.band[0], self.band[1], self.n_k - self.n_q)
+            keep = keep & band(b, h, q_idx, kv_idx)
         if self.mask_fn is not None:
             keep = keep & self.mask_fn(b, h, q_idx, kv_idx)
         return keep
@@ -143,7 +144,8 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
             keep = (keep & tile_of(dense, (q0, q1), (k0, k1))).expand(bm, hm, q1 - q0,
                                                                            k1 - k0)
         # pad to whole tiles: rows past n_q and keys past n_k are never kept
-        keep = torch.nn.functional.pad(keep, (0, (kb_hi - kb_lo) * bk - (k1 - k0), 0, bq - (q1 - q0)))
+        keep = torch.nn.functional.pad(keep, (0, (kb_hi - kb_lo) * bk - (k1 - k0),
+                                              0, bq - (q1 - q0)))
         keep = keep.view(bm, hm, bq, kb_hi - kb_lo, bk)
         used = keep.any(dim=(0, 1, 2, 4)).nonzero().flatten().tolist()       # key blocks with work
         per_block.append([kb_lo + u for u in used])
@@ -154,7 +156,8 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
     counts = [len(x) for x in per_block]
     nonzero = sorted(c for c in counts if c > 0)
     g = slots or (nonzero[len(nonzero) // 2] if nonzero else 1)
-    items = []                                                               # (round, qb, kbs, tiles)
+    # (round, qb, kbs, tiles)
+    items = []
     for qb, (kbs, ts) in enumerate(zip(per_block, tiles)):
         for r, start in enumerate(range(0, len(kbs), g)):
             items.append((r, qb, kbs[start:start + g], ts[start:start + g]))

@@ -294,7 +294,8 @@ def materialize(mask_fn: MaskFn, n_q: int, n_k: int, batch: int = 1, heads: int 
     if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool:
         raise TypeError(
             f"mask function {getattr(mask_fn, '__name__', mask_fn)!r} must return a bool tensor, "
-            f"got {type(keep).__name__}{'' if not isinstance(keep, torch.Tensor) else ' ' + str(keep.dtype)}; "
+            f"got {type(keep).__name__}"
+            f"{'' if not isinstance(keep, torch.Tensor) else ' ' + str(keep.dtype)}; "
             "build it from comparisons such as kv_idx <= q_idx"
         )
     return keep.expand(batch, heads, q1 - q0, k1 - k0)

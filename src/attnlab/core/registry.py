@@ -118,7 +118,8 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"backend name must be a non-empty string other than 'auto', got {name!r}")
     if name in _REGISTRY and not overwrite:
-        raise ValueError(f"backend {name!r} is already registered; pass overwrite=True to replace it")
+        raise ValueError(f"backend {name!r} is already registered; pass overwrite=True to "
+                         f"replace it")
     backend = Backend(name, fn, capabilities, description,
                       **({"cost": cost} if cost is not None else {}),
                       check=None if isinstance(check, bool) else check, available=available)

@@ -156,7 +156,8 @@ class AttentionSpec:
             return None
         return fns[0] if len(fns) == 1 else M.and_masks(*fns)
 
-    def structure_tile(self, q_range: tuple[int, int], kv_range: tuple[int, int]) -> torch.Tensor | None:
+    def structure_tile(self, q_range: tuple[int, int],
+                       kv_range: tuple[int, int]) -> torch.Tensor | None:
         """Bool keep-mask of the structured part for one tile, shaped to broadcast with
         ``batch_shape + (bq, bk)``; None when nothing structured is requested."""
         fn = self.structure_fn()
@@ -214,13 +215,16 @@ def _validate_qkv(q: Any, k: Any, v: Any,
     """Check q, k, v; returns the broadcast batch shape (of q) and the K/V group size."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (..., N, D), got {describe(t)}; "
+            raise TypeError(f"{name} must be a torch.Tensor of shape (..., N, D), got "
+                            f"{describe(t)}; "
                             f"convert with torch.as_tensor({name})")
         if t.dtype not in _FLOAT_DTYPES:
-            raise TypeError(f"{name} must be a floating tensor (float64, float32, float16 or bfloat16), "
+            raise TypeError(f"{name} must be a floating tensor (float64, float32, float16 or "
+                            f"bfloat16), "
                             f"got {t.dtype}; convert with {name}.float()")
         if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., N, D), got shape {tuple(t.shape)}; "
+            raise ValueError(f"{name} must have at least 2 dims (..., N, D), got shape "
+                             f"{tuple(t.shape)}; "
                              f"add a sequence dim with {name}.unsqueeze(0)")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
@@ -289,10 +293,12 @@ def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (..., N_q, N_k) = "
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (..., N_q, "
+                         f"N_k) = "
                          f"{target}; give it shape (N_q, N_k), (B, 1, N_q, N_k) or {target}")
     if mask.device != device:
-        raise ValueError(f"mask is on {mask.device} but q is on {device}; move it with mask.to(q.device)")
+        raise ValueError(f"mask is on {mask.device} but q is on {device}; move it with "
+                         f"mask.to(q.device)")
     return mask, None
 
 

@@ -1,4 +1,5 @@
-"""Attention health: score scale, saturation, entropy, softmax gradient, sinks (docs/diagnostics.md).
+"""Attention health: score scale, saturation, entropy, softmax gradient, sinks
+(docs/diagnostics.md).
 
 * :func:`attention_stats`: the statistics of one call from q and k, block by block.
 * :func:`diagnose`: run a model once and get every attention call's statistics.

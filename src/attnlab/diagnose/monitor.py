@@ -45,7 +45,8 @@ REMEDIES = {
 }
 
 
-def score_alarms(layers: list[dict], thresholds: dict | None = None) -> list[tuple[str, str, float]]:
+def score_alarms(layers: list[dict],
+                 thresholds: dict | None = None) -> list[tuple[str, str, float]]:
     """``(alarm, layer, value)`` for every layer of :meth:`Diagnosis.per_layer` that crosses a
     threshold (:data:`THRESHOLDS`, or the given overrides) of the score statistics."""
     t = {**THRESHOLDS, **(thresholds or {})}

@@ -110,7 +110,8 @@ def watch(model: nn.Module, on_call=None):
         handles.append(m.register_forward_pre_hook(enter))
         handles.append(m.register_forward_hook(leave))
         if isinstance(m, nn.MultiheadAttention):
-            handles.append(m.register_forward_pre_hook(_torch_mha_hook(add, names), with_kwargs=True))
+            handles.append(m.register_forward_pre_hook(_torch_mha_hook(add, names),
+                                                       with_kwargs=True))
 
     def route(q, k, v, options):
         name = stack[-1] if stack else "attention"

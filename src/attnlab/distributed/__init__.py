@@ -18,8 +18,12 @@ import torch
 from attnlab.distributed._comm import RankFailure
 from attnlab.distributed.launch import SpawnError, spawn
 from attnlab.distributed.layout import LAYOUTS, shard, shard_ranges
-from attnlab.distributed.modules import (STRATEGIES, SequenceParallel, choose_strategy,
-                                         sequence_parallel)
+from attnlab.distributed.modules import (
+    STRATEGIES,
+    SequenceParallel,
+    choose_strategy,
+    sequence_parallel,
+)
 from attnlab.distributed.ring import ring_attention, simulate_ring
 from attnlab.distributed.ulysses import ulysses_attention
 

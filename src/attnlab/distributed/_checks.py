@@ -12,10 +12,18 @@ from attnlab.distributed._comm import Comm
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+
+def _shown(t) -> str:
+    """A value as an error message shows it: a tensor by dtype and shape."""
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} of shape {tuple(t.shape)}"
+    return type(t).__name__
+
 def check_local(q, k, v, key_mask, mask, scale, softcap):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor (B, H, N_local, D), got {type(t).__name__}")
+            raise TypeError(f"{name} must be a torch.Tensor (B, H, N_local, D), got "
+                            f"{type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N_local, D): this rank's shard of the "
                              f"sequence, got shape {tuple(t.shape)}")
@@ -36,7 +44,7 @@ def check_local(q, k, v, key_mask, mask, scale, softcap):
             raise ValueError(
                 f"key_mask must be a bool tensor (B, N_k_local) = {(k.shape[0], k.shape[2])} "
                 "with True for real keys, got "
-                f"{type(key_mask).__name__ if not isinstance(key_mask, torch.Tensor) else (key_mask.dtype, tuple(key_mask.shape))}")
+                f"{_shown(key_mask)}")
     if mask is not None and not isinstance(mask, torch.Tensor) and not callable(mask):
         raise TypeError(
             "mask must be a mask function fn(b, h, q_idx, kv_idx) of global positions "

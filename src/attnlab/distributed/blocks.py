@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.core import _geometry as G
 from attnlab.core import masks as M
 from attnlab.core.api import attention, no_dispatch
 from attnlab.core.backends.tiled import block_backward
 from attnlab.core.softmax import merge_partials
-from attnlab.core import _geometry as G
 from attnlab.core.spec import build_spec
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import DTYPES
@@ -119,8 +119,8 @@ def pieces(q_ranges, k_ranges, opts: Options):
     """The visible (local q slice, global q range, local k slice, global k range) blocks, each
     trimmed to the rows and keys the band leaves in it (so that the block's own window can
     express the band and the backends skip what it excludes)."""
-    for lq0, lq1, gq0, gq1 in L.local_slices(q_ranges):
-        for lk0, lk1, gk0, gk1 in L.local_slices(k_ranges):
+    for lq0, _, gq0, gq1 in L.local_slices(q_ranges):
+        for lk0, _, gk0, gk1 in L.local_slices(k_ranges):
             trimmed = G.trim(opts.band, opts.offset, (gq0, gq1), (gk0, gk1))
             if trimmed is None:
                 continue

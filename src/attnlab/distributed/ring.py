@@ -35,13 +35,20 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.core.softmax import NEG_INF
 from attnlab.core._geometry import validate_window
+from attnlab.core.softmax import NEG_INF
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import agree, check_local, checked_locally, masks_of
 from attnlab.distributed._comm import Comm, guarded
-from attnlab.distributed.blocks import (Options, acc_dtype, accumulate, band_of, block_dtype_for,
-                                        block_grads, plan_steps)
+from attnlab.distributed.blocks import (
+    Options,
+    acc_dtype,
+    accumulate,
+    band_of,
+    block_dtype_for,
+    block_grads,
+    plan_steps,
+)
 
 _TAG_K, _TAG_V, _TAG_M, _TAG_DK, _TAG_DV, _TAG_HOME_K, _TAG_HOME_V = range(7)
 

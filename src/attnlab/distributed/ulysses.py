@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.core.api import attention, no_dispatch
 from attnlab.core._geometry import validate_window
+from attnlab.core.api import attention, no_dispatch
 from attnlab.distributed import layout as L
-from attnlab.distributed._comm import Comm, guarded
 from attnlab.distributed._checks import agree, checked_locally
+from attnlab.distributed._comm import Comm, guarded
 
 
 def head_split(n_heads: int, n_kv_heads: int, world: int) -> tuple[list[int], list[int], bool]:
@@ -87,7 +87,8 @@ def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap,
     lengths = agree(comm, q, k, v, key_mask, mask, causal, band_given, layout, scale, softcap,
                     "ulysses_attention")
     n_qs, n_ks = [a for a, _ in lengths], [b for _, b in lengths]
-    q_ranges, k_ranges = L.ranges_of(layout, n_qs, "the queries"), L.ranges_of(layout, n_ks, "the keys")
+    q_ranges = L.ranges_of(layout, n_qs, "the queries")
+    k_ranges = L.ranges_of(layout, n_ks, "the keys")
     h, h_kv, world = q.shape[1], k.shape[1], comm.size
     qb, kb, repeat = head_split(h, h_kv, world)
     if repeat:

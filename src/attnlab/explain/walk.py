@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+
 from attnlab.core import attention, list_backends, masks
 
 BUILTIN_TOKENS = ["The", "cat", "sat", "on", "the", "mat"]

@@ -41,6 +41,8 @@ _MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_
 
 
 KINDS = ("self", "causal", "cross")
+_NOTHING_TO_RECORD = ("no attnlab module, no torch.nn.MultiheadAttention and is not a "
+                      "transformers model")
 
 
 def _kind(module, name: str, weights: torch.Tensor) -> str:
@@ -133,7 +135,7 @@ _HF_BOOKKEEPING = frozenset({
     "output_attentions", "output_hidden_states", "use_cache", "return_dict", "position_ids",
     "cache_position", "past_key_values", "past_key_value", "layer_idx", "deterministic",
     "num_items_in_batch", "query_length", "key_length", "position_embeddings",
-    "output_router_logits", "return_dict", "token_type_ids",
+    "output_router_logits", "token_type_ids",
 })
 # Options that change what attention computes and that the adapter cannot honour: refused.
 _HF_UNSUPPORTED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "indices",
@@ -295,5 +297,5 @@ def record(model: nn.Module):
     if ok and not rec.raw:
         raise RuntimeError(
             f"no attention maps were captured from {type(model).__name__}: it has "
-            f"{'attnlab modules that were not called' if has_attnlab else 'no attnlab module, no torch.nn.MultiheadAttention and is not a transformers model'}"
+            f"{'attnlab modules that were not called' if has_attnlab else _NOTHING_TO_RECORD}"
             "; call the model inside the with-block, or capture its attention yourself")

@@ -12,7 +12,6 @@ import importlib
 import re
 from pathlib import Path
 
-
 STDLIB = ["json", "csv", "argparse", "logging", "pathlib", "collections", "itertools",
           "functools", "random", "statistics", "datetime", "decimal", "fractions", "heapq",
           "bisect", "textwrap", "string", "unittest", "doctest", "pickle", "shutil", "tempfile",
@@ -29,7 +28,8 @@ STDLIB = ["json", "csv", "argparse", "logging", "pathlib", "collections", "itert
           "atexit", "code", "codeop", "zipimport", "pkgutil", "modulefinder", "runpy", "symtable",
           "keyword", "pickletools", "xmlrpc.client", "ipaddress", "wave", "colorsys", "getpass",
           "curses", "shlex", "cmd", "optparse", "getopt", "nturl2path", "graphlib", "numbers",
-          "cmath", "ssl", "mailcap", "turtle", "tkinter", "idlelib", "ensurepip", "venv", "zoneinfo"]
+          "cmath", "ssl", "mailcap", "turtle", "tkinter", "idlelib", "ensurepip", "venv",
+          "zoneinfo"]
 
 
 def sentences() -> list[str]:
@@ -50,7 +50,8 @@ def sentences() -> list[str]:
         text = re.sub(r"\s+", " ", text)
         for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", text):
             words = s.split()
-            if 5 <= len(words) <= 40 and s[-1] in ".!?" and sum(c.isalpha() for c in s) > 0.7 * len(s.replace(" ", "")):
+            letters = sum(c.isalpha() for c in s)
+            if 5 <= len(words) <= 40 and s[-1] in ".!?" and letters > 0.7 * len(s.replace(" ", "")):
                 out.append(s.strip())
     return out
 

@@ -215,7 +215,8 @@ def inspect_hf(path: Path, text: str) -> Inspection:
             model(**batch, decoder_input_ids=out)
     enc, dec, cross = (rec.maps(0, kind=k) for k in ("self", "causal", "cross"))
     out_tokens = tok.convert_ids_to_tokens(out[0].tolist())
-    ins = _square(enc, tokens, text, [f"generated: {tok.decode(out[0], skip_special_tokens=True)!r}"],
+    ins = _square(enc, tokens, text, [f"generated: "
+                                      f"{tok.decode(out[0], skip_special_tokens=True)!r}"],
                   model=path.name)
     ins.captures += [
         TextMaps(text, None, out_tokens, None, dec.float(), kind="decoder self (causal)",

@@ -13,11 +13,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnlab.inspect.attribution import (TARGETS, bert_gradient_attention, flow, flow_from,
-                                        flow_matrix_limit, max_flow_solver, rollout)
+from attnlab.inspect.attribution import (
+    TARGETS,
+    bert_gradient_attention,
+    flow,
+    flow_from,
+    flow_matrix_limit,
+    max_flow_solver,
+    rollout,
+)
 from attnlab.inspect.capture import record
-from attnlab.inspect.metrics import (HeadMetrics, embed_2d, head_metrics, js_distances,
-                                     layer_distance_summary)
+from attnlab.inspect.metrics import (
+    HeadMetrics,
+    embed_2d,
+    head_metrics,
+    js_distances,
+    layer_distance_summary,
+)
 from attnlab.inspect.taxonomy import Taxonomy, label_heads
 
 FLOW_FROM_AUTO_TOKENS = 128      # flow into one position with scipy: about 1 s at 128 tokens

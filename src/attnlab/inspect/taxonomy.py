@@ -65,7 +65,8 @@ def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None, *,
                 duplicate: torch.Tensor | None = None) -> Taxonomy:
     """Label every head of ``m`` (``(L, H)`` metrics); ``dist`` is the JS distance matrix;
     ``induction`` / ``duplicate`` the ``(L, H)`` detector scores of a causal model."""
-    from attnlab.inspect.heads import DUPLICATE as DUP_SCORE, INDUCTION
+    from attnlab.inspect.heads import DUPLICATE as DUP_SCORE
+    from attnlab.inspect.heads import INDUCTION
     n_layers, n_heads = m.entropy.shape
     labels = []
     for layer in range(n_layers):
@@ -73,7 +74,7 @@ def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None, *,
         for head in range(n_heads):
             g = (layer, head)
 
-            def v(t):
+            def v(t, g=g):
                 return float(t[g])
 
             if induction is not None and float(induction[g]) > INDUCTION:

@@ -32,5 +32,6 @@ def load(path: str | Path, device: str | None = None):
 
 
 __all__ = ["AttentionForecaster", "BacktestResult", "FeatureAttentionClassifier",
-           "FeatureAttentionRegressor", "GATClassifier", "Graph", "ReversalSeq2Seq", "SpatioTemporalForecaster", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
+           "FeatureAttentionRegressor", "GATClassifier", "Graph", "ReversalSeq2Seq",
+           "SpatioTemporalForecaster", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
            "train"]

@@ -43,8 +43,14 @@ from attnlab.models.backtest import BacktestResult, rolling_origin
 from attnlab.models.bases import BASES, base_from_dict, choose_base, fit_base
 from attnlab.models.forecast_nets import RecurrentNet, TransformerNet
 from attnlab.models.latex import Equations
-from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
-                                     seeded, train)
+from attnlab.models.training import (
+    TrainConfig,
+    TrainHistory,
+    check_params,
+    resolve_device,
+    seeded,
+    train,
+)
 
 ENCODERS = ("gru", "lstm", "transformer")
 

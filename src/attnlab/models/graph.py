@@ -20,11 +20,23 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
-from attnlab.models.graph_data import (Graph, GraphInputError, from_csv,  # noqa: F401
-                                       from_frames, from_networkx, karate)
+from attnlab.models.graph_data import (  # noqa: F401
+    Graph,
+    GraphInputError,
+    from_csv,
+    from_frames,
+    from_networkx,
+    karate,
+)
 from attnlab.models.latex import Equations
-from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
-                                     seeded, train)
+from attnlab.models.training import (
+    TrainConfig,
+    TrainHistory,
+    check_params,
+    resolve_device,
+    seeded,
+    train,
+)
 from attnlab.nn.graph import GATConv, check_edge_index
 
 
@@ -174,8 +186,10 @@ class GATClassifier(BaseEstimator):
         F_in, H, K, C = self.graph_.x.shape[1], self.hidden, self.heads, len(self.classes_)
         lines = [
             (r"e^{(k)}_{ij}", r"\mathrm{LeakyReLU}_{0.2}\left(\mathbf{a}^{(k)\top}_{\mathrm{src}}"
-             r" \mathbf{W}^{(k)} \mathbf{x}_j + \mathbf{a}^{(k)\top}_{\mathrm{dst}} \mathbf{W}^{(k)}"
-             r" \mathbf{x}_i\right), \quad \mathbf{W}^{(k)} \in \mathbb{R}^{" + f"{H} \\times {F_in}"
+             r" \mathbf{W}^{(k)} \mathbf{x}_j + \mathbf{a}^{(k)\top}_{\mathrm{dst}} "
+             r"\mathbf{W}^{(k)}"
+             r" \mathbf{x}_i\right), \quad \mathbf{W}^{(k)} \in \mathbb{R}^{" + f"{H} \\times "
+                                                                                f"{F_in}"
              + r"}, \quad j \in \mathcal{N}(i) \cup \{i\}"),
             (r"\alpha^{(k)}_{ij}", r"\frac{\exp(e^{(k)}_{ij})}{\sum_{l \in \mathcal{N}(i) \cup "
              r"\{i\}} \exp(e^{(k)}_{il})}"),

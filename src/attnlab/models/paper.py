@@ -393,8 +393,8 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
         doc.append(f"本模型的 MASE 为 {ours:.3f}，{rel}最佳基准方法"
                    f"（{_method(best, lang)}，{metrics[best]['MASE']:.3f}）。")
         doc.append(f"在第一个预测起点之前留出的验证窗口上，网络修正项的权重取 $w = {w:.2f}$"
-                   "（在 $[0, 1]$ 内最小二乘）" + ("：修正项在验证集上不优于基准，故预测即为基准预测。"
-                                             if w == 0 else "。"))
+                   "（在 $[0, 1]$ 内最小二乘）"
+                   + ("：修正项在验证集上不优于基准，故预测即为基准预测。" if w == 0 else "。"))
     if inp.ablation is not None:
         ab = inp.ablation
         s = ab.summary()

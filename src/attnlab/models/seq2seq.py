@@ -203,8 +203,9 @@ class ReversalSeq2Seq:
             (r"\mathbf{h}_j", r"\left[\overrightarrow{\mathrm{GRU}}(E x_j); "
              r"\overleftarrow{\mathrm{GRU}}(E x_j)\right] \in \mathbb{R}^{" + str(2 * H) + "}"),
             (r"e_{tj}", r"\mathbf{v}^\top \tanh\left(\mathbf{W} \mathbf{s}_{t-1} + \mathbf{U} "
-             r"\mathbf{h}_j + \mathbf{b}\right), \quad \mathbf{W} \in \mathbb{R}^{" + f"{H} \\times "
-             f"{H}" + r"}, \mathbf{U} \in \mathbb{R}^{" + f"{H} \\times {2 * H}" + "}"),
+             r"\mathbf{h}_j + \mathbf{b}\right), \quad \mathbf{W} \in \mathbb{R}^{"
+             + f"{H} \\times {H}" + r"}, \mathbf{U} \in \mathbb{R}^{"
+             + f"{H} \\times {2 * H}" + "}"),
             (r"\alpha_{tj}", r"\frac{\exp(e_{tj})}{\sum_k \exp(e_{tk})}, \quad \mathbf{c}_t = "
              r"\sum_j \alpha_{tj} \mathbf{h}_j"),
             (r"\mathbf{s}_t", r"\mathrm{GRU}\left([E y_{t-1}; \mathbf{c}_t], \mathbf{s}_{t-1}"

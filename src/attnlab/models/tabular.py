@@ -27,15 +27,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.model_selection import train_test_split
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.preprocessing import QuantileTransformer
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from attnlab.models import io
 from attnlab.models.latex import Equations
 from attnlab.models.tabular_input import TableInput, infer_task, is_categorical  # noqa: F401
-from attnlab.models.training import (TrainConfig, TrainHistory, check_params, resolve_device,
-                                     seeded, train)
+from attnlab.models.training import (
+    TrainConfig,
+    TrainHistory,
+    check_params,
+    resolve_device,
+    seeded,
+    train,
+)
 from attnlab.nn.transformer import Encoder, EncoderLayer
 
 
@@ -140,7 +146,8 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
                     counts[counts > 0]) else None
             tr, va = train_test_split(idx, test_size=n_val, random_state=self.seed,
                                       stratify=strat)
-        tr_t, va_t = torch.as_tensor(tr, device=self.device_), torch.as_tensor(va, device=self.device_)
+        tr_t = torch.as_tensor(tr, device=self.device_)
+        va_t = torch.as_tensor(va, device=self.device_)
         with seeded(self.seed, self.device_):
             self.net_ = self._build(n_out()).to(self.device_)
             self.history_ = train(

@@ -1,7 +1,8 @@
 """Modules that own parameters and call the functional core; they never re-implement attention.
 
 Mask polarity: modules that mirror torch (``MultiheadAttention``, ``EncoderLayer``,
-``Encoder``, ``DecoderLayer``, ``Decoder``, ``Transformer``) take torch's masks (bool True = masked out / padding); the scoring-function modules
+``Encoder``, ``DecoderLayer``, ``Decoder``, ``Transformer``) take torch's masks (bool True =
+masked out / padding); the scoring-function modules
 (``AdditiveAttention``...) take the core's (bool True = may attend); ``BertModel`` takes Hugging
 Face's ``attention_mask`` (1 = real token).
 """
@@ -20,7 +21,13 @@ from attnlab.nn.position import (
     alibi_slopes,
     sinusoidal_table,
 )
-from attnlab.nn.transformer import Encoder, EncoderLayer, EncoderLayerOutput, EncoderOutput, FeedForward
+from attnlab.nn.transformer import (
+    Encoder,
+    EncoderLayer,
+    EncoderLayerOutput,
+    EncoderOutput,
+    FeedForward,
+)
 
 __all__ = [
     "GATConv",

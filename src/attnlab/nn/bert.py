@@ -184,7 +184,8 @@ def convert_hf_state_dict(hf: dict[str, torch.Tensor], num_layers: int) -> dict[
     hf = {k.removeprefix("bert."): v for k, v in hf.items()}
     out = {k: v for k, v in hf.items() if k.startswith("embeddings.") and "position_ids" not in k}
     if "pooler.dense.weight" in hf:
-        out["pooler.weight"], out["pooler.bias"] = hf["pooler.dense.weight"], hf["pooler.dense.bias"]
+        out["pooler.weight"] = hf["pooler.dense.weight"]
+        out["pooler.bias"] = hf["pooler.dense.bias"]
     for i in range(num_layers):
         src, dst = f"encoder.layer.{i}.", f"encoder.layers.{i}."
         sa = src + "attention.self."

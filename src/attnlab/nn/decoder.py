@@ -28,8 +28,14 @@ import torch
 import torch.nn as nn
 
 from attnlab.nn.multihead import KVCache, MultiheadAttention
-from attnlab.nn.transformer import (Encoder, EncoderLayer, FeedForward, layer_from_torch,
-                                    layer_to_torch, stack_from_torch)
+from attnlab.nn.transformer import (
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    layer_from_torch,
+    layer_to_torch,
+    stack_from_torch,
+)
 
 
 class DecoderLayer(nn.Module):

@@ -89,7 +89,8 @@ def segment_softmax(scores: torch.Tensor, index: torch.Tensor, num_segments: int
     m = torch.full((num_segments, h), float("-inf"), dtype=scores.dtype, device=scores.device)
     m = m.scatter_reduce(0, idx, scores, reduce="amax", include_self=True)
     p = (scores - m.detach()[index]).exp()                       # (E, H), <= 1
-    s = torch.zeros(num_segments, h, dtype=scores.dtype, device=scores.device).index_add_(0, index, p)
+    s = torch.zeros(num_segments, h, dtype=scores.dtype, device=scores.device)
+    s.index_add_(0, index, p)
     return p / s[index]
 
 

@@ -32,7 +32,8 @@ from attnlab.nn import _recording
 
 def _check_mask_dtype(name: str, m: torch.Tensor | None) -> None:
     if m is not None and m.dtype != torch.bool and not m.dtype.is_floating_point:
-        raise TypeError(f"{name} must be bool (True = masked out, as in torch.nn.MultiheadAttention)"
+        raise TypeError(f"{name} must be bool (True = masked out, as in "
+                        f"torch.nn.MultiheadAttention)"
                         f" or float (added to the scores), got {m.dtype}; use {name}.bool()")
 
 
@@ -46,7 +47,8 @@ def _to_core_mask(attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor
         _check_mask_dtype("attn_mask", attn_mask)
         if attn_mask.dim() == 2:
             if attn_mask.shape != (n_q, n_k):
-                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} must be (N_q, N_k) = "
+                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} must be (N_q, "
+                                 f"N_k) = "
                                  f"{(n_q, n_k)} or (B * num_heads, N_q, N_k); fix its size")
             m = attn_mask                                                  # (N_q, N_k)
         elif attn_mask.dim() == 3:
@@ -182,8 +184,10 @@ class MultiheadAttention(nn.Module):
             if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
                 raise ValueError(f"{name} must be a positive int, got {val!r}")
         if embed_dim % num_heads != 0:
-            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
-                             f"choose num_heads among the divisors of {embed_dim} or change embed_dim")
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads "
+                             f"({num_heads}); "
+                             f"choose num_heads among the divisors of {embed_dim} or change "
+                             f"embed_dim")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -377,10 +381,12 @@ class MultiheadAttention(nn.Module):
                              f"and {key.shape[0]}; check batch_first={self.batch_first}")
 
     @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention, backend: str = "auto") -> "MultiheadAttention":
+    def from_torch(cls, module: nn.MultiheadAttention,
+                   backend: str = "auto") -> "MultiheadAttention":
         """An attnlab module with the same configuration and weights as a torch one."""
         if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got "
+                            f"{type(module).__name__}")
         ref = module.out_proj.weight
         new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
                   bias=module.in_proj_bias is not None, add_bias_kv=module.bias_k is not None,

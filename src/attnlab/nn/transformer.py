@@ -270,7 +270,8 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None, is_causal: bool | None = None,
-                return_weights: bool = False, return_hidden_states: bool = False) -> torch.Tensor | EncoderOutput:
+                return_weights: bool = False,
+                return_hidden_states: bool = False) -> torch.Tensor | EncoderOutput:
         """The stack's output, or an :class:`EncoderOutput` with every layer's attention map
         (``return_weights``) and hidden states."""
         # torch's default None means "detect whether mask is causal"; a given mask is applied

@@ -16,7 +16,6 @@ from matplotlib.figure import Figure
 
 from attnlab._files import atomic_path
 
-
 # Fonts with CJK glyphs that matplotlib falls back to when one is installed (token labels of
 # Chinese or Japanese text otherwise draw as empty boxes).
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQuanYi Zen Hei",

@@ -20,7 +20,8 @@ BLUE, ORANGE, GREEN, RED, GREY = "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8
 
 def draw_why_sqrt_d(sweep: dict, curves: dict | None, axes):
     """The slide: without 1/sqrt(d_k) the scores' spread grows as sqrt(d_k), the softmax
-    saturates and passes less gradient, and a model learns later. Drawn into ``axes`` (one per panel); returns them."""
+    saturates and passes less gradient, and a model learns later. Drawn into ``axes`` (one per
+    panel); returns them."""
     d = sweep["d_k"]
     ax = axes[0]
     ax.plot(d, sweep["std_unscaled"], "o-", color=RED, label="q·k (no scale)")
@@ -69,7 +70,8 @@ def save_why_sqrt_d(sweep: dict, curves: dict | None, paths) -> None:
 
 
 def draw_temperature(result: dict, axes):
-    """Entropy and saturation against the temperature T, per d_k. Drawn into ``axes`` (one per panel); returns them."""
+    """Entropy and saturation against the temperature T, per d_k. Drawn into ``axes`` (one per
+    panel); returns them."""
     rows = result["rows"]
     dims = sorted({r["d_k"] for r in rows})
     colors = [BLUE, ORANGE, GREEN, RED]
@@ -126,7 +128,8 @@ def save_logit_growth(result: dict, paths) -> None:
 
 
 def draw_ln_depth(result: dict, axes):
-    """Per-layer gradient norms at initialization, post-LN beside pre-LN. Drawn into ``axes`` (one per panel); returns them."""
+    """Per-layer gradient norms at initialization, post-LN beside pre-LN. Drawn into ``axes``
+    (one per panel); returns them."""
     colors = [BLUE, ORANGE, GREEN, RED]
     for ax, tag, title in ((axes[0], "post", "post-LN"), (axes[1], "pre", "pre-LN")):
         for depth, c in zip(result["depths"], colors):
@@ -147,7 +150,8 @@ def save_ln_depth(result: dict, paths) -> None:
 
 
 def draw_monitor(monitor, axes):
-    """A monitor's statistics over training, one line per attention layer. Drawn into ``axes`` (one per panel); returns them."""
+    """A monitor's statistics over training, one line per attention layer. Drawn into ``axes``
+    (one per panel); returns them."""
     keys = [("score_max", "largest logit"), ("entropy_ratio", "entropy / ln n"),
             ("saturation", "saturated rows"), ("grad_norm", "gradient norm")]
     for ax, (key, title) in zip(axes, keys):

@@ -51,7 +51,7 @@ def draw_launch_grid(axes, *, n: int = 256, block: int = 32, window: int = 80):
     visited = len(kinds)
     lay = block_layout(M.or_masks(M.dilated(2, window, 0), M.global_tokens(1)), n, n,
                        block=(block, block))
-    from attnlab.core.backends.gpu import tiles_of     # needs no triton: plain tensor work
+    from attnlab.core.backends.gpu import tiles_of  # needs no triton: plain tensor work
 
     t = tiles_of(lay)
     sparse = {(int(q), int(k)): "full" if int(f) else "partial"

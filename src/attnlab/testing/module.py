@@ -68,7 +68,7 @@ def check_module(module: torch.nn.Module, reference: type = torch.nn.MultiheadAt
         kv = inputs[1] if len(inputs) > 1 else q
         gold_m = copy.deepcopy(ref).double()
         for dtype in dtypes:
-            def run(m, dt):
+            def run(m, dt, q=q, kv=kv, kw=kw):
                 qq = q.detach().to(dt).clone().requires_grad_()
                 kk = qq if kv is q else kv.detach().to(dt).clone().requires_grad_()
                 out, w = m.to(dt)(qq, kk, kk, need_weights=True, **kw)

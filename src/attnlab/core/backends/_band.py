@@ -18,8 +18,8 @@ import math
 
 import torch
 
-from attnlab.core.dropout import keep_mask
 from attnlab.core._geometry import band_range
+from attnlab.core.dropout import keep_mask
 from attnlab.core.softmax import backward_terms, finite_or_zero
 from attnlab.core.spec import AttentionSpec
 
@@ -145,7 +145,8 @@ class Band:
         qb = torch.arange(s0, s0 + c, device=dev).view(1, c, 1, 1, 1)
         bh = torch.arange(n_bh, device=dev).view(1, 1, n_bh, 1, 1)
         rows = qb * b + torch.arange(b, device=dev).view(1, 1, 1, b, 1)
-        cols = ((qb + self.lo + g) * b + torch.arange(b, device=dev).view(1, 1, 1, 1, b)).clamp_min(0)
+        cols = ((qb + self.lo + g) * b
+                + torch.arange(b, device=dev).view(1, 1, 1, 1, b)).clamp_min(0)
         keep = keep_mask(spec.dropout_seed, spec.dropout_p, bh, rows, cols, spec.n_q, spec.n_k)
         return keep.to(dtype) / (1.0 - spec.dropout_p)
 

@@ -11,7 +11,6 @@ functions in :mod:`attnlab.core.approx` or use the modules in :mod:`attnlab.nn.e
 
 from __future__ import annotations
 
-
 from attnlab.core import approx as A
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.spec import AttentionOutput, AttentionSpec

@@ -101,7 +101,8 @@ def layout_for(spec: AttentionSpec, block: tuple[int, int] | None = None) -> Blo
     with tiles of ``block`` (the Triton kernel builds its own with smaller tiles)."""
     block = sizes().block if block is None else block
     fn = spec.mask_fn
-    if isinstance(fn, BlockLayout) and spec.mask is None and (fn.n_q, fn.n_k) == (spec.n_q, spec.n_k) \
+    if isinstance(fn, BlockLayout) and spec.mask is None \
+            and (fn.n_q, fn.n_k) == (spec.n_q, spec.n_k) \
             and (spec.band is None or spec.band == fn.band):
         return fn if fn.keep.device == spec.device else fn.to(spec.device)
     b, h = spec.heads_view
@@ -195,7 +196,8 @@ class _Items:
 
     def positions(self, i0, i1):
         lay = self.lay
-        rows = lay.items_q[i0:i1, None] * lay.block_q + torch.arange(lay.block_q, device=self.bh.device)
+        rows = (lay.items_q[i0:i1, None] * lay.block_q
+                + torch.arange(lay.block_q, device=self.bh.device))
         cols = (lay.items_kv[i0:i1, :, None].clamp_min(0) * lay.block_k
                 + torch.arange(lay.block_k, device=self.bh.device)).reshape(i1 - i0, -1)
         return rows[None, :, :, None], cols[None, :, None, :]             # (1,C,bq,1), (1,C,1,GK)

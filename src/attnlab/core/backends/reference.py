@@ -34,7 +34,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         s = (q @ k.transpose(-2, -1)) * spec.score_scale      # (..., N_q, N_k)
     if spec.softcap is not None:                               # c tanh(s / c), Gemma 2
         s = spec.softcap * torch.tanh(s / spec.softcap)
-    if spec.score_mod is not None:                             # by position; autograd differentiates
+    # by position; autograd differentiates
+    if spec.score_mod is not None:
         bh = torch.arange(math.prod(spec.batch_shape), device=s.device)
         b, h = spec.head_index(bh.view(*spec.batch_shape, 1, 1))
         q_idx = torch.arange(spec.n_q, device=s.device).view(-1, 1)

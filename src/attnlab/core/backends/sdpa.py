@@ -40,7 +40,8 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                              scale=spec.score_scale, **gqa)
         return AttentionOutput(out=out)
 
-    keep = spec.dense_keep()                                  # bool, broadcastable to (..., N_q, N_k)
+    # bool, broadcastable to (..., N_q, N_k)
+    keep = spec.dense_keep()
     bias = spec.float_bias()
     if bias is not None:
         bias = bias.to(q.dtype)

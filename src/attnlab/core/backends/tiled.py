@@ -50,7 +50,8 @@ from attnlab.core.spec import AttentionOutput, AttentionSpec
 
 # Tile sizes. Large tiles keep the Python loop short and the matmuls efficient on CPU; a
 # (8, 256, 512) float32 tile is 4 MiB and stays in cache: measured fastest on 2 cores (N = 4096,
-# D = 64: 1.23x SDPA forward against 1.40x with 512 x 1024 tiles). tile_sizes() shrinks them (tests cross many tiles).
+# D = 64: 1.23x SDPA forward against 1.40x with 512 x 1024 tiles). tile_sizes() shrinks them (tests
+# cross many tiles).
 BLOCK_Q = 256
 BLOCK_K = 512
 _SIZES: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
@@ -185,8 +186,8 @@ class _Tiles:
     def scores(self, q_s: torch.Tensor, k: torch.Tensor, i0: int, i1: int, j0: int, j1: int,
                kind: str, shift: torch.Tensor | None = None, cap_grad: bool = False):
         """Capped, modified, biased, masked scores of a tile ``(BH, bq, bk)`` (in log2 units
-        when ``base2``), minus ``shift (BH, bq, 1)`` if given (after the bias: a huge bias and a huge shift
-        cancel exactly); None if the tile keeps nothing. With ``cap_grad``,
+        when ``base2``), minus ``shift (BH, bq, 1)`` if given (after the bias: a huge bias and a
+        huge shift cancel exactly); None if the tile keeps nothing. With ``cap_grad``,
         ``(scores, (d cap / d s or None, score_mod handle or None))``."""
         spec = self.spec
         bq, bk = i1 - i0, j1 - j0

@@ -34,7 +34,6 @@ from attnlab.inspect.run import Inspection
 from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
 
 
-
 def asset(name: str) -> str:
     """A file of the report (``report.html``, ``page.html``, ``report.css``, ``report.js``)."""
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
