@@ -190,3 +190,11 @@ def test_figures_leave_the_matplotlib_backend_alone(tmp_path):
     save_heatmap([[0.2, 0.8], [1.0, 0.0]], tmp_path / "m.png", title="t")
     assert matplotlib.get_backend() == before
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tests_mirror_the_package():
+    tests = Path(__file__).parent
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    for d in tests.iterdir():
+        if d.is_dir() and (d / "__init__.py").exists():
+            assert d.name in packages, f"tests/{d.name} has no src/attnlab/{d.name} to mirror"

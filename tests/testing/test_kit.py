@@ -172,7 +172,7 @@ def test_check_module_against_torch():
 def test_check_on_the_command_line(capsys):
     from attnlab.cli import main
 
-    assert main(["check", "tests.test_testing_kit:top_left_causal", "--supports", "causal",
+    assert main(["check", "tests.testing.test_kit:top_left_causal", "--supports", "causal",
                  "--dtypes", "float32"]) == 1
     assert "FAIL" in capsys.readouterr().out
     assert main(["check", "tiled", "--dtypes", "float32"]) == 0
@@ -186,7 +186,7 @@ def test_the_worked_example_runs(capsys):
 
     from attnlab.core.registry import unregister_backend
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "sigmoid_attention.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "sigmoid_attention.py"
     spec = importlib.util.spec_from_file_location("sigmoid_attention", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

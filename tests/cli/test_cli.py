@@ -157,3 +157,18 @@ def test_ctrl_c_during_start_up_is_one_line_and_130(delay):
         return
     assert proc.returncode == 130, (proc.returncode, err)
     assert err.strip().splitlines() == ["attnlab: interrupted"], err
+
+
+def test_check_imports_a_module_of_the_current_folder(tmp_path, monkeypatch, capsys):
+    # As `python -m` would: mypkg/kernels.py next to where the command runs, no PYTHONPATH.
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernels.py").write_text(
+        "from attnlab import attention\n\n"
+        "def mine(q, k, v, **kw):\n    return attention(q, k, v, backend='reference', **kw)\n")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    assert main(["check", "mypkg.kernels:mine", "--dtypes", "float64"]) == 0
+    assert sys.path == before                                  # the folder was not left behind
+    assert "FAIL" not in capsys.readouterr().out

@@ -11,7 +11,7 @@ import time
 import torch
 
 from attnlab.cli import main
-from tests.test_cli import sigint_default
+from tests.cli.test_cli import sigint_default
 
 FIT = ["fit", "tabular", "--example", "wine", "--folds", "2", "--max-epochs", "3"]
 
