@@ -198,3 +198,31 @@ def test_tests_mirror_the_package():
     for d in tests.iterdir():
         if d.is_dir() and (d / "__init__.py").exists():
             assert d.name in packages, f"tests/{d.name} has no src/attnlab/{d.name} to mirror"
+
+
+def test_every_public_definition_says_what_it_does():
+    # Public: not underscored, in a module not underscored. The backend entry points say
+    # how they differ from the reference (checked by name below).
+    missing = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).parts
+        if any(p.startswith("_") and p not in ("__init__.py", "__main__.py") for p in rel):
+            continue
+
+        def visit(nodes, prefix, path=path):
+            for n in nodes:
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                        and not n.name.startswith("_"):
+                    if not ast.get_docstring(n):
+                        missing.append(f"{path.relative_to(ROOT)}:{n.lineno} {prefix}{n.name}")
+                    if isinstance(n, ast.ClassDef):
+                        visit(n.body, f"{prefix}{n.name}.")
+
+        visit(ast.parse(path.read_text(encoding="utf-8")).body, "")
+    assert not missing, f"{len(missing)} public definitions without a docstring: {missing[:20]}"
+    import inspect as _inspect
+
+    from attnlab.core.registry import list_backends
+    for name, backend in list_backends().items():
+        doc = _inspect.getdoc(backend.fn) or ""
+        assert "reference" in doc or name == "reference", (name, doc[:80])

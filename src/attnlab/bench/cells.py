@@ -217,6 +217,7 @@ def tradeoff(n: int = 1024) -> list[dict]:
 
 
 def machine() -> dict:
+    """The machine a benchmark ran on: CPU, cores, torch threads, torch and Python versions."""
     import platform
 
     import torch
@@ -258,6 +259,7 @@ def run(sizes: list[int], out_dir: Path, console=None) -> dict:
 
 
 def ratio(cells: list[dict], group: str, n: int, mode: str, num: str, den: str) -> float | None:
+    """``num``'s time over ``den``'s for one (group, N, mode) cell, or None if either is missing."""
     get = {(c["group"], c["method"], c["n"], c["mode"]): c for c in cells if "time_s" in c}
     a, b = get.get((group, num, n, mode)), get.get((group, den, n, mode))
     return a["time_s"] / b["time_s"] if a and b else None

@@ -167,6 +167,8 @@ def render(wt, console: Console, max_dims: int = 8) -> None:
 
 
 def render_heads(hw, console: Console) -> None:
+    """Print a :class:`~attnlab.explain.HeadsWalk`: project, split, every head, concatenate, W_o,
+    and the checks."""
     n, e = hw.x.shape
     h = len(hw.heads)
     dh = e // h
@@ -204,6 +206,8 @@ def render_heads(hw, console: Console) -> None:
 
 
 def render_additive(aw, console: Console) -> None:
+    """Print an :class:`~attnlab.explain.AdditiveWalk`: additive scores and weights beside the
+    dot product's."""
     console.rule("[bold]additive (Bahdanau) scoring on the same Q and K")
     console.print("s_ij = v^T tanh(W_q q_i + W_k k_j + b): a one-layer network scores each pair "
                   "(weights drawn at random here, as before training); the dot product scores it "

@@ -63,6 +63,7 @@ class BlockLayout:
 
     @property
     def slots(self) -> int:
+        """Key-block slots per work item (the most key blocks any query block needs)."""
         return int(self.items_kv.shape[1])
 
     def rounds(self) -> list[tuple[int, int]]:
@@ -76,6 +77,7 @@ class BlockLayout:
         return out
 
     def to(self, device) -> "BlockLayout":
+        """The same layout with its tensors on ``device``."""
         return BlockLayout(self.n_q, self.n_k, self.block_q, self.block_k, self.band,
                            self.mask_fn, self.items_q.to(device), self.items_kv.to(device),
                            self.items_round.to(device), self.keep.to(device), self.density)

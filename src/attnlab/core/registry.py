@@ -42,6 +42,8 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Backend:
+    """A registered backend: its function, what it can serve (:class:`Capabilities`), its cost
+    estimate for ``auto``, and the checks beyond the flags (``check``, ``available``)."""
     name: str
     fn: BackendFn
     capabilities: Capabilities
@@ -141,6 +143,7 @@ def list_backends() -> dict[str, Backend]:
 
 
 def get_backend(name: str) -> Backend:
+    """The backend registered under ``name``; a ValueError lists the valid names otherwise."""
     if not isinstance(name, str) or name not in _REGISTRY:
         valid = ", ".join(["auto", *_REGISTRY])
         raise ValueError(f"backend must be one of {valid}; got {name!r}")

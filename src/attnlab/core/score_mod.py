@@ -108,6 +108,8 @@ class TileGrad:
         return mod.detach(), (raw, mod)
 
     def backward(self, handle, d_mod: torch.Tensor) -> torch.Tensor:
+        """The gradient of the raw scores from that of the modified ones; the captured tensors'
+        gradients are accumulated on the way."""
         raw, mod = handle
         if not mod.requires_grad:                       # it does not depend on the score
             return torch.zeros_like(d_mod)

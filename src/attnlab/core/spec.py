@@ -114,6 +114,7 @@ class AttentionSpec:
 
     @property
     def mask_kind(self) -> str:
+        """``'none'``, ``'bool'`` or ``'float'``: the kind of the tensor mask."""
         if self.mask is None:
             return "none"
         return "bool" if self.mask.dtype == torch.bool else "float"

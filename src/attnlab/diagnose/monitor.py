@@ -66,6 +66,7 @@ def score_alarms(layers: list[dict],
 
 @dataclass
 class Alarm:
+    """A named alarm raised by the monitor at a step, in a layer, with its value and remedy."""
     name: str
     step: int
     layer: str
@@ -78,6 +79,7 @@ class Alarm:
 
 @dataclass
 class Record:
+    """One layer's statistics at one monitored step."""
     step: int
     layers: list[dict]
     grad_norms: dict = field(default_factory=dict)

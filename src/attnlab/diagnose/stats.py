@@ -52,6 +52,7 @@ class HeadStats:
     d_k: int
 
     def to_dict(self) -> dict:
+        """The statistics as plain floats (JSON-ready)."""
         return {k: (v.tolist() if isinstance(v, torch.Tensor) else v)
                 for k, v in asdict(self).items()}
 

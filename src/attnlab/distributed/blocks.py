@@ -40,6 +40,7 @@ class Options:
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype partial results are merged in: float64 for float64 inputs, else float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -169,6 +170,7 @@ def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, 
     return dq, dk, dv
 
 def block_dtype_for(dtype: torch.dtype, given: torch.dtype | None) -> torch.dtype | None:
+    """The dtype blocks are computed in: the given one (checked), or float32 for half inputs."""
     if given is not None:
         if given not in DTYPES:
             raise TypeError(f"block_dtype must be one of {DTYPES} or None, got {given!r}")

@@ -20,6 +20,7 @@ from attnlab.distributed._comm import DEFAULT_TIMEOUT, RankFailure, post_fault
 
 
 class SpawnError(RuntimeError):
+    """A spawned process failed or ran past its deadline; the message names the rank and why."""
     __module__ = "attnlab.distributed"
 
     """Some rank did not finish. ``reports[r]`` is rank r's error text (None if it finished);

@@ -26,6 +26,8 @@ Ranges = list[tuple[int, int]]
 
 
 def check_layout(layout: str) -> str:
+    """``layout`` if it is one of the layouts ring attention knows, else a ValueError naming
+    them."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}; 'zigzag' balances a "
                          "causal mask across ranks, 'contiguous' keeps each shard one range")

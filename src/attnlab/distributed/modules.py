@@ -129,6 +129,7 @@ class SequenceParallel(nn.Module):
         self.backend, self.timeout = backend, timeout
 
     def forward(self, *args, **kwargs):
+        """The wrapped model's forward, with its attention calls sharded across the group."""
         with sequence_parallel(group=self.group, strategy=self.strategy, layout=self.layout,
                                backend=self.backend, timeout=self.timeout):
             return self.module(*args, **kwargs)

@@ -131,6 +131,7 @@ class HeadsWalk:
 
     @property
     def ok(self) -> bool:
+        """Whether every check of the layer and of every head passed."""
         return all(c.passed for c in self.checks) and all(h.ok for h in self.heads)
 
 

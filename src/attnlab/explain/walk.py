@@ -21,6 +21,7 @@ MAX_TOKENS = 64          # every matrix is printed in full
 
 @dataclass
 class Check:
+    """One check of a walk: its name, whether it passed, and the measured detail."""
     name: str
     passed: bool
     detail: str
@@ -50,6 +51,7 @@ class Walkthrough:
 
     @property
     def ok(self) -> bool:
+        """Whether every check passed."""
         return all(c.passed for c in self.checks)
 
 

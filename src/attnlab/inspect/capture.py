@@ -74,6 +74,7 @@ class Recording:
         self.kinds: list[str] = []
 
     def add(self, module, weights: torch.Tensor) -> None:
+        """Record ``weights (B, H, N_q, N_k)`` from ``module`` with its name and kind."""
         name = self._names.get(id(module), type(module).__name__)
         self.raw.append(weights)
         self.sources.append(name)

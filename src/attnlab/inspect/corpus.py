@@ -33,6 +33,7 @@ STDLIB = ["json", "csv", "argparse", "logging", "pathlib", "collections", "itert
 
 
 def sentences() -> list[str]:
+    """Sentences from text bundled with installed packages (no download), deduplicated."""
     import sklearn
 
     texts = [p.read_text(encoding="utf-8") for p in

@@ -119,6 +119,7 @@ class HeadMetrics:
 
     @classmethod
     def mean(cls, items: list["HeadMetrics"]) -> "HeadMetrics":
+        """The metrics averaged over several inspections (texts)."""
         fields = items[0].__dict__.keys()
         merged = {}
         for f in fields:

@@ -69,6 +69,8 @@ class TextMaps:
 
 @dataclass
 class Inspection:
+    """Everything an inspection measured: every text's maps, head metrics and labels, head
+    distances, attribution (rollout, flow, gradient relevance) and notes for the reader."""
     model: str
     texts: list[tuple[str, str | None]]
     tokens: list[str]                       # of the first text
@@ -95,10 +97,12 @@ class Inspection:
 
     @property
     def layers(self) -> int:
+        """Number of layers."""
         return self.maps.shape[0]
 
     @property
     def heads(self) -> int:
+        """Number of heads per layer."""
         return self.maps.shape[1]
 
 

@@ -48,11 +48,13 @@ LABEL_COLORS = dict(zip(LABELS, ["#1f77b4", "#17becf", "#9467bd", "#d62728", "#f
 
 @dataclass
 class Taxonomy:
+    """A label per head, with the near-uniform and near-duplicate heads flagged."""
     labels: list[list[str]]                       # [layer][head]
     near_uniform: list[tuple[int, int]]
     duplicates: list[tuple[tuple[int, int], tuple[int, int], float]]
 
     def counts(self) -> dict[str, int]:
+        """How many heads carry each label."""
         out = {label: 0 for label in LABELS}
         for row in self.labels:
             for label in row:

@@ -39,10 +39,12 @@ class AblationResult:
     settings: dict = field(default_factory=dict)
 
     def summary(self) -> dict[str, dict[str, float]]:
+        """Mean and spread of each variant's MASE over the seeds."""
         return {k: {"mean": float(np.mean(v)), "std": float(np.std(v)) if len(v) > 1 else 0.0,
                     "n": len(v)} for k, v in self.mase.items()}
 
     def best_baseline(self) -> tuple[str, float]:
+        """The traditional method with the lowest MASE."""
         rows = {k: v[0] for k, v in self.mase.items()
                 if k in ("seasonal_naive", "ets", "ar")}
         name = min(rows, key=rows.get)

@@ -43,10 +43,12 @@ class Base(ABC):
         return None
 
     def to_dict(self) -> dict:
+        """The fitted parameters as plain values (saved in config.json)."""
         return {"name": self.name}
 
 
 class SeasonalNaive(Base):
+    """The value one season earlier."""
     name = "seasonal_naive"
 
     def __init__(self, season: int):
@@ -54,20 +56,24 @@ class SeasonalNaive(Base):
         self.history = self.m
 
     def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end of ``y``."""
         h = np.arange(horizon)
         return y[np.asarray(ends)[:, None] - self.m + (h % self.m)[None, :]]
 
     def to_dict(self):
+        """The parameters as plain values."""
         return {"name": self.name, "season": self.m}
 
 
 class Naive(SeasonalNaive):
+    """The last value."""
     name = "naive"
 
     def __init__(self, season: int = 1):
         super().__init__(1)
 
     def to_dict(self):
+        """The parameters as plain values."""
         return {"name": self.name}
 
 
@@ -80,9 +86,11 @@ class Mean(Base):
         self.mean = float(mean)
 
     def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end of ``y``."""
         return np.full((len(ends), horizon), self.mean)
 
     def to_dict(self):
+        """The parameters as plain values."""
         return {"name": self.name, "mean": self.mean}
 
 
@@ -98,6 +106,7 @@ class AR(Base):
 
     @classmethod
     def fit(cls, y: np.ndarray, season: int) -> "AR":
+        """Fit the autoregression on ``y`` (statsmodels AutoReg); returns self."""
         from statsmodels.tsa.ar_model import AutoReg, ar_select_order
 
         maxlag = max(1, min(max(2 * season, 12), len(y) // 4))
@@ -109,6 +118,7 @@ class AR(Base):
         return cls(params[0], list(lags), list(params[1:]))
 
     def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end, parameters fixed."""
         ends = np.asarray(ends)
         p = self.history
         buf = np.concatenate([y[ends[:, None] - p + np.arange(p)[None, :]],
@@ -120,6 +130,7 @@ class AR(Base):
         return buf[:, p:]
 
     def to_dict(self):
+        """The fitted parameters as plain values."""
         return {"name": self.name, "const": self.const, "lags": self.lags, "coefs": self.coefs}
 
 
@@ -144,6 +155,7 @@ class ETS(Base):
 
     @classmethod
     def fit(cls, y: np.ndarray, season: int) -> "ETS":
+        """Fit exponential smoothing on ``y`` (statsmodels ETS); returns self."""
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
         seasonal = season > 1 and len(y) >= 2 * season
@@ -184,12 +196,14 @@ class ETS(Base):
         return L, T, S
 
     def state_before(self, y, t: int):
+        """The filtered state at step ``t``, the fitted parameters fixed."""
         if t == 0:
             return None
         L, T, S = self._filter(y[:t])
         return (float(L[-1]), float(T[-1]), list(S[-1]) if self.seasons else [])
 
     def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end, parameters fixed."""
         ends = np.asarray(ends)
         L, T, S = self._filter(y, state)
         h = np.arange(1, horizon + 1)
@@ -209,6 +223,7 @@ class ETS(Base):
         return out
 
     def to_dict(self):
+        """The fitted parameters as plain values."""
         return {"name": self.name, "alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
                 "phi": self.phi, "level": self.level, "trend": self.trend,
                 "seasons": self.seasons, "season": self.m}

@@ -30,6 +30,7 @@ TABLES = ("diabetes", "breast_cancer", "wine")
 
 @dataclass(frozen=True)
 class SeriesExample:
+    """A bundled series with its horizon, season and number of backtest origins."""
     y: "object"          # pandas Series with a DatetimeIndex
     season: int
     horizon: int

@@ -392,6 +392,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
     # ---- equations, save / load ---------------------------------------------------------
 
     def equations(self) -> Equations:
+        """The fitted model's equations and symbol table
+        (:class:`~attnlab.models.latex.Equations`)."""
         L, H, d = self.effective_lookback, self.horizon, self.hidden_size
         n_in = getattr(self, "n_features_", 2 + (2 if self.effective_season > 1 else 0))
         if self.encoder == "transformer":

@@ -28,6 +28,7 @@ class AttentionPool(nn.Module):
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # h (B, L, d) -> forecast (B, horizon), weights over the L steps (B, L)
+        """``h (B, L, d)`` -> the pooled ``(B, d)`` and the weights ``(B, L)`` over the steps."""
         last = h[:, -1]                                                    # (B, d)
         if self.mode == "mean":
             weights = torch.full(h.shape[:2], 1.0 / h.shape[1], dtype=h.dtype, device=h.device)
@@ -38,6 +39,8 @@ class AttentionPool(nn.Module):
 
 
 class RecurrentNet(nn.Module):
+    """A GRU or LSTM encoder over the window, pooled by attention (or the mean), and an output
+    layer."""
     def __init__(self, n_in: int, hidden: int, layers: int, cell: str, horizon: int,
                  dropout: float, pool: str = "attention"):
         super().__init__()
@@ -47,11 +50,14 @@ class RecurrentNet(nn.Module):
         self.pool = AttentionPool(hidden, horizon, dropout, pool)
 
     def forward(self, x):
+        """``x (B, L, F)`` -> the correction ``(B, H)`` and the pooling weights ``(B, L)``."""
         h, _ = self.rnn(x)                                                 # (B, L, hidden)
         return self.pool(h)
 
 
 class TransformerNet(nn.Module):
+    """A Transformer encoder over the window, pooled by attention (or the mean), and an output
+    layer."""
     def __init__(self, n_in: int, d_model: int, layers: int, nhead: int, horizon: int,
                  dropout: float, lookback: int, pool: str = "attention"):
         super().__init__()
@@ -63,5 +69,6 @@ class TransformerNet(nn.Module):
         self.pool = AttentionPool(d_model, horizon, dropout, pool)
 
     def forward(self, x):
+        """``x (B, L, F)`` -> the correction ``(B, H)`` and the pooling weights ``(B, L)``."""
         h = self.encoder(self.inp(x) + self.pos)                           # (B, L, d_model)
         return self.pool(h)

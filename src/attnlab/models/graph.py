@@ -150,6 +150,7 @@ class GATClassifier(BaseEstimator):
         return torch.softmax(out, -1).double().cpu().numpy()
 
     def predict(self, graph: Graph | None = None) -> np.ndarray:
+        """The predicted class of every node of the fitted graph (or of ``graph``)."""
         proba = self.predict_proba(graph)
         return self.classes_[proba.argmax(1)]
 
@@ -182,6 +183,7 @@ class GATClassifier(BaseEstimator):
         return m
 
     def equations(self) -> Equations:
+        """The fitted model's equations and symbol table."""
         self._check_fitted()
         F_in, H, K, C = self.graph_.x.shape[1], self.hidden, self.heads, len(self.classes_)
         lines = [
@@ -212,9 +214,11 @@ class GATClassifier(BaseEstimator):
         return Equations(f"GATClassifier ({K} heads x {H}, 2 layers)", lines, where)
 
     def to_latex(self) -> str:
+        """The equations as a LaTeX align fragment."""
         return self.equations().to_latex()
 
     def to_markdown(self) -> str:
+        """The equations as Markdown with math."""
         return self.equations().to_markdown()
 
     def save(self, path: str | Path) -> Path:
@@ -232,6 +236,7 @@ class GATClassifier(BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path, device: str | None = None) -> "GATClassifier":
+        """A classifier saved with :meth:`save`."""
         self, s, tensors = io.open_model(cls, path, device)
         try:
             self.classes_ = np.asarray(s["classes"], dtype=object)

@@ -30,6 +30,7 @@ class Graph:
 
     @property
     def num_nodes(self) -> int:
+        """Number of nodes."""
         return self.x.shape[0]
 
 

@@ -38,6 +38,7 @@ def text_with_math(meaning: str) -> str:
 
 
 def markdown_with_math(meaning: str) -> str:
+    """Inline ``$...$`` math kept as is in Markdown text, the rest escaped."""
     return _INLINE.sub(lambda m: f"${m.group(1)}$", meaning)
 
 
@@ -51,6 +52,7 @@ class Equations:
     where: list[tuple[str, str]] = field(default_factory=list)
 
     def to_latex(self) -> str:
+        """The equations as a LaTeX ``align`` fragment with the symbol table."""
         out = [f"% {escape_tex(self.title)} (attnlab to_latex; needs amsmath, amssymb)",
                r"\begin{align}"]
         for i, (lhs, rhs) in enumerate(self.lines):
@@ -66,6 +68,7 @@ class Equations:
         return "\n".join(out) + "\n"
 
     def to_markdown(self) -> str:
+        """The equations as Markdown with ``$$`` math and the symbol table."""
         out = [f"**{self.title}**", ""]
         for lhs, rhs in self.lines:
             out += ["$$", f"{lhs} = {rhs}", "$$", ""]

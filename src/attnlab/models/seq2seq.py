@@ -34,6 +34,7 @@ VOCAB = ["<pad>", "<s>", "</s>"] + list(DIGITS)
 
 
 def encode(text: str) -> list[int]:
+    """A digit string as source token ids."""
     bad = [c for c in text if c not in DIGITS]
     if bad:
         raise ValueError(f"the reversal task takes digits only, got {bad[0]!r} in {text!r}")
@@ -41,6 +42,7 @@ def encode(text: str) -> list[int]:
 
 
 def decode(ids) -> str:
+    """Target token ids as the digit string they spell (up to the end token)."""
     return "".join(VOCAB[i] for i in ids if i > EOS)
 
 
@@ -149,6 +151,7 @@ class ReversalSeq2Seq:
         self.patience, self.seed, self.device, self.verbose = patience, seed, device, verbose
 
     def fit(self) -> "ReversalSeq2Seq":
+        """Train on freshly drawn digit strings until the validation loss stops improving."""
         if not 1 <= self.min_len <= self.max_len:
             raise ValueError(f"need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
         self.device_ = resolve_device(self.device)
@@ -198,6 +201,7 @@ class ReversalSeq2Seq:
         return float(np.mean([o.output == t[::-1] for o, t in zip(outs, texts)]))
 
     def equations(self) -> Equations:
+        """The model's equations (Bahdanau attention) and symbol table."""
         H, E = self.hidden, self.emb
         lines = [
             (r"\mathbf{h}_j", r"\left[\overrightarrow{\mathrm{GRU}}(E x_j); "
@@ -225,4 +229,5 @@ class ReversalSeq2Seq:
                            f"{len(VOCAB)} tokens")])
 
     def to_latex(self) -> str:
+        """The equations as a LaTeX align fragment."""
         return self.equations().to_latex()

@@ -355,6 +355,7 @@ class FeatureAttentionClassifier(ClassifierMixin, _FeatureAttentionBase):
         return torch.softmax(self._raw(X), dim=-1).numpy()
 
     def predict(self, X) -> np.ndarray:
+        """The predicted class of each row of ``X``."""
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(axis=1)]
 
@@ -404,6 +405,7 @@ class FeatureAttentionRegressor(RegressorMixin, _FeatureAttentionBase):
         return self._fit(X, y, lambda: 1, targets, loss_fn, stratify=False)
 
     def predict(self, X) -> np.ndarray:
+        """The predicted target of each row of ``X``."""
         return self._raw(X)[:, 0].numpy() * self.y_std_ + self.y_mean_
 
     def _output_symbols(self) -> list[tuple[str, str]]:

@@ -76,14 +76,17 @@ class TrainHistory:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainHistory":
+        """A history saved with :meth:`to_dict`."""
         return cls(list(d.get("train_loss", [])), list(d.get("val_loss", [])),
                    int(d.get("best_epoch", -1)))
 
     @property
     def epochs(self) -> int:
+        """Number of epochs run."""
         return len(self.train_loss)
 
     def to_dict(self) -> dict:
+        """The history as plain lists (JSON-ready)."""
         return {"train_loss": self.train_loss, "val_loss": self.val_loss,
                 "best_epoch": self.best_epoch, "epochs": self.epochs}
 

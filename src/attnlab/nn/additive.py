@@ -60,6 +60,8 @@ class AdditiveAttention(nn.Module):
         return self.v(torch.tanh(hq + hk)).squeeze(-1)    # (..., N_q, N_k)
 
     def forward(self, query, key, value, mask=None, return_weights: bool = False):
+        """Bahdanau attention: ``s_ij = v^T tanh(W_q q_i + W_k k_j)``, softmax over keys, ``A
+        V``."""
         return attend(self.scores(query, key), value, mask=mask,
                       dropout_p=self.dropout if self.training else 0.0,
                       return_weights=return_weights)
@@ -87,6 +89,7 @@ class GeneralAttention(nn.Module):
         self.dropout, self.backend = dropout, backend
 
     def forward(self, query, key, value, mask=None, return_weights: bool = False):
+        """Luong's general score ``s_ij = q_i^T W k_j``, softmax over keys, ``A V``."""
         _check_last_dim("query", query, self.query_dim, "query_dim")
         _check_last_dim("key", key, self.key_dim, "key_dim")
         qw = query @ self.weight                                      # (..., N_q, D_k)
@@ -123,9 +126,11 @@ class CosineAttention(nn.Module):
 
     @property
     def temperature(self) -> torch.Tensor:
+        """The learned temperature ``exp(log_t)``."""
         return self.log_tau.exp()
 
     def forward(self, query, key, value, mask=None, return_weights: bool = False):
+        """Cosine similarity of q and k divided by the learned temperature, softmax, ``A V``."""
         q = F.normalize(query, dim=-1) / self.temperature            # (..., N_q, D), tau folded in
         k = F.normalize(key, dim=-1)                                 # (..., N_k, D)
         return attention(q, k, value, mask=mask, scale=1.0, backend=self.backend,

@@ -44,6 +44,7 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "BertConfig":
+        """The config of a Hugging Face BERT checkpoint folder's config.json."""
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
@@ -75,6 +76,7 @@ class BertOutput:
 
 
 class BertEmbeddings(nn.Module):
+    """Word, position and token-type embeddings, summed and layer-normalised (BERT's)."""
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
@@ -85,6 +87,7 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids (B, N)``, ``token_type_ids (B, N)`` -> ``(B, N, E)``."""
         n = input_ids.shape[1]
         pos = torch.arange(n, device=input_ids.device)[None]                 # (1, N)
         x = (self.word_embeddings(input_ids) + self.position_embeddings(pos)

@@ -155,6 +155,7 @@ class Decoder(nn.Module):
 
     @classmethod
     def from_torch(cls, decoder: nn.TransformerDecoder, backend: str = "auto") -> "Decoder":
+        """An attnlab decoder with the weights of a ``torch.nn.TransformerDecoder``."""
         if not isinstance(decoder, nn.TransformerDecoder):
             raise TypeError(f"decoder must be a torch.nn.TransformerDecoder, got "
                             f"{type(decoder).__name__}")
@@ -162,6 +163,7 @@ class Decoder(nn.Module):
                                       for layer in decoder.layers], decoder.norm)
 
     def to_torch(self) -> nn.TransformerDecoder:
+        """A ``torch.nn.TransformerDecoder`` with this decoder's weights."""
         return stack_from_torch(nn.TransformerDecoder, [layer.to_torch() for layer in self.layers],
                                 self.norm)
 

@@ -35,6 +35,7 @@ class LinformerProjection(nn.Module):
         self.seq_len, self.rank = seq_len, rank
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``k, v (B, H, N, D)`` projected along N to ``(B, H, k, D)`` by E and F."""
         return A.linformer_attention(q, k, v, self.e, self.f)
 
 
@@ -59,9 +60,12 @@ class PerformerAttention(nn.Module):
 
     @torch.no_grad()
     def redraw_features(self, generator: torch.Generator | None = None) -> None:
+        """Draw a new set of orthogonal random features."""
         self.features.copy_(A.orthogonal_gaussian(self.num_features, self.head_dim, generator,
                                                   dtype=self.features.dtype,
                                                   device=self.features.device))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """FAVOR+ attention with the current random features (an approximation of softmax
+        attention)."""
         return A.performer_attention(q, k, v, self.features.to(q.dtype), causal=self.causal)

@@ -280,6 +280,8 @@ class GATConv(_GraphAttention):
 
     def forward(self, x, edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None,
                 size: tuple[int, int] | None = None, return_attention_weights: bool = False):
+        """``x (N, F)`` (or a bipartite pair), ``edge_index (2, E)`` -> ``(N_t, heads * out)``; with
+        ``return_attention_weights`` also the edges and their weights."""
         x_src, x_dst, src, dst, attr = self._inputs(x, edge_index, edge_attr, size)
         h, c = self.heads, self.out_channels
         if self.lin is not None:
@@ -328,6 +330,7 @@ class GATv2Conv(_GraphAttention):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Glorot weights, zero biases (PyG's initialisation)."""
         for lin in (self.lin_l, self.lin_r, self.lin_edge, self.res):
             if lin is not None:
                 nn.init.xavier_uniform_(lin.weight)
@@ -339,6 +342,8 @@ class GATv2Conv(_GraphAttention):
 
     def forward(self, x, edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None,
                 size: tuple[int, int] | None = None, return_attention_weights: bool = False):
+        """GATv2 (dynamic attention): as :meth:`GATConv.forward`, scores ``a^T LeakyReLU(W [x_i ||
+        x_j])``."""
         x_src, x_dst, src, dst, attr = self._inputs(x, edge_index, edge_attr, size)
         h, c = self.heads, self.out_channels
         z_l = self.lin_l(x_src).view(-1, h, c)                           # sources (N_s, H, C)

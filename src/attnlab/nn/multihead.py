@@ -97,6 +97,7 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[-2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``k, v (B, H, n, D)`` and return the cached keys and values so far."""
         if self.k is not None and (self.k.shape[:2] != k.shape[:2]):
             raise ValueError(f"kv_cache holds keys for batch and heads {tuple(self.k.shape[:2])}"
                              f" but the new tokens have {tuple(k.shape[:2])}; use one cache "
@@ -421,6 +422,7 @@ class MultiheadAttention(nn.Module):
         return m
 
     def extra_repr(self) -> str:
+        """The module's sizes and options, as printed."""
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, dropout={self.dropout}, "
                 f"kdim={self.kdim}, vdim={self.vdim}, batch_first={self.batch_first}, "

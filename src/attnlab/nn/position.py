@@ -50,6 +50,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.batch_first = batch_first
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (B, N, E)`` plus the sinusoidal encodings of positions ``offset .. offset + N -
+        1``."""
         n = x.shape[1] if self.batch_first else x.shape[0]
         if n > self.pe.shape[0]:
             raise ValueError(f"sequence length {n} exceeds max_len={self.pe.shape[0]}; build the "
@@ -75,6 +77,7 @@ class LearnedPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (B, N, E)`` plus the learned embeddings of its positions."""
         n = x.shape[1]
         if n > self.embedding.num_embeddings:
             raise ValueError(f"sequence length {n} exceeds max_len={self.embedding.num_embeddings}")
@@ -115,6 +118,7 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, k: torch.Tensor | None = None, *,
                 positions: torch.Tensor | None = None):
+        """q and k ``(..., N, D)`` rotated by their positions (RoPE, Su et al. 2021)."""
         if k is not None:
             if not isinstance(k, torch.Tensor) or not k.is_floating_point():
                 raise TypeError("the second argument is the keys, a float tensor (..., N_k, D); "

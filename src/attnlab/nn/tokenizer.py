@@ -65,9 +65,11 @@ class BertTokenizerLite:
                 for k, v in out.items()}
 
     def convert_ids_to_tokens(self, ids) -> list[str]:
+        """Token strings of ``ids``."""
         return [self._tok.id_to_token(int(i)) for i in ids]
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids`` (word pieces joined)."""
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
 

@@ -107,6 +107,7 @@ class FeedForward(nn.Module):
         self.activation = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (..., E)`` -> ``linear2(dropout(activation(linear1(x))))``."""
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
@@ -150,6 +151,7 @@ class EncoderLayer(nn.Module):
         self.reset_parameters(init)
 
     def reset_parameters(self, init: str = "torch") -> None:
+        """Re-initialise the layer's weights with its ``init`` scheme."""
         if init not in _INITS:
             raise ValueError(f"init must be one of {', '.join(_INITS)}, got {init!r}")
         if init == "torch":

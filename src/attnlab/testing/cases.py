@@ -24,6 +24,7 @@ SHRINK: tuple[Shape, ...] = ((1, 1, 1, 1, 4), (1, 1, 2, 3, 4), (1, 2, 3, 5, 4), 
 
 @dataclass(frozen=True)
 class Case:
+    """A conformance case: its name, the feature it needs, its shape and input builder."""
     name: str
     needs: str | None
     shape: Shape
@@ -41,22 +42,28 @@ def _qkv(shape, g, kv_heads=None, scale=1.0):
 
 
 def plain(shape, g):
+    """q, k, v with no option."""
     return (*_qkv(shape, g), {})
 
 
 def scaled(shape, g):
+    """q, k, v with ``scale=0.37``."""
     return (*_qkv(shape, g), {"scale": 0.37})
 
 
 def large_logits(shape, g):
+    """q and k scaled by 12: scores far from zero, where a softmax without its max shift
+    overflows."""
     return (*_qkv(shape, g, scale=12.0), {})
 
 
 def causal(shape, g):
+    """q, k, v with ``causal=True`` (bottom-right aligned)."""
     return (*_qkv(shape, g), {"causal": True})
 
 
 def window(shape, g):
+    """q, k, v with ``window=(3, 1)``."""
     return (*_qkv(shape, g), {"window": (3, 1)})
 
 
@@ -72,6 +79,7 @@ def _bool(shape, g, pattern):
 
 
 def bool_mask(pattern):
+    """A builder of a random bool mask broadcast as ``pattern`` (True = may attend)."""
     def build(shape, g):
         return (*_qkv(shape, g), {"mask": _bool(shape, g, pattern)})
     build.__name__ = f"bool_mask{pattern}"
@@ -79,6 +87,7 @@ def bool_mask(pattern):
 
 
 def float_mask(shape, g):
+    """A random additive mask with ``-inf`` on the second half of the keys."""
     b, h, nq, nk, _ = shape
     m = torch.randn(1, h, nq, nk, generator=g, dtype=torch.float64)
     m[..., nk // 2:] = float("-inf") if nk > 1 else 0.0
@@ -94,15 +103,18 @@ def masked_rows(shape, g):
 
 
 def gqa(shape, g):
+    """Grouped-query K/V: twice as many query heads as K/V heads."""
     b, h, nq, nk, d = shape
     return (*_qkv((b, 2 * h, nq, nk, d), g, kv_heads=h), {"enable_gqa": True})
 
 
 def softcap(shape, g):
+    """Large scores capped with ``softcap=5``."""
     return (*_qkv(shape, g, scale=4.0), {"softcap": 5.0})
 
 
 def sinks(shape, g):
+    """One sink logit per head."""
     q, k, v = _qkv(shape, g)
     return q, k, v, {"sinks": torch.randn(shape[1], generator=g, dtype=torch.float64)}
 

@@ -13,6 +13,7 @@ class Unsupported(Exception):
 
 @dataclass
 class CaseResult:
+    """One case in one dtype: passed or not, the worst error over its bound, and the detail."""
     case: str
     dtype: str
     passed: bool
@@ -32,16 +33,19 @@ class CheckReport:
 
     @property
     def failures(self) -> list[CaseResult]:
+        """The cases that failed."""
         return [r for r in self.results if not r.passed]
 
     @property
     def passed(self) -> bool:
+        """Whether every case passed."""
         return not self.failures
 
     def __bool__(self) -> bool:
         return self.passed
 
     def table(self):
+        """The report as a rich table: case, dtype, worst error / bound, pass or FAIL."""
         from rich.table import Table
 
         skipped = sum(r.skipped for r in self.results)
@@ -67,6 +71,7 @@ class CheckReport:
         return console.export_text()
 
     def raise_for_failures(self) -> None:
+        """Raise an AssertionError listing every failing case and its smallest failing input."""
         if self.failures:
             lines = [f"{r.case} [{r.dtype}]: {r.detail}"
                      + (f"; smallest failing input: {r.smallest}" if r.smallest else "")

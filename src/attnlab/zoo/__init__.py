@@ -34,6 +34,7 @@ def _classes(name: str):
 
 
 def weights_dir() -> Path:
+    """The folder of the shipped zoo weights (package data)."""
     return Path(str(resources.files("attnlab.zoo") / "weights"))
 
 

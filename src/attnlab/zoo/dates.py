@@ -50,6 +50,7 @@ TARGET_LEN = 10                       # YYYY-MM-DD
 
 @dataclass(frozen=True)
 class Example:
+    """A date as typed (source tokens), its ISO target, and which source token each output reads."""
     source: list[str]                 # source tokens
     target: str                       # YYYY-MM-DD
     align: list[int | None]           # per target character: the source index it reads
@@ -100,6 +101,7 @@ def _field(digits: str, at) -> tuple[list[int | None], list[bool]]:
 
 
 def example(year: int, month: int, day: int, fmt: str) -> Example:
+    """The example of one date written in ``fmt``."""
     source, where = render(year, month, day, fmt)
     m_al, m_cp = _field(f"{month:02d}", where["month"])
     d_al, d_cp = _field(f"{day:02d}", where["day"])
@@ -172,6 +174,7 @@ def batch(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
 
 @dataclass(frozen=True)
 class DatesConfig:
+    """Sizes of the dates model."""
     d_model: int = 64
     heads: int = 4
     encoder_layers: int = 2
@@ -213,6 +216,7 @@ class DatesModel(nn.Module):
         return tgt[:, 1:]
 
     def dict_config(self) -> dict:
+        """The config as a dict (saved beside the weights)."""
         return asdict(self.config)
 
 
@@ -261,12 +265,14 @@ def _cross_attention(model: DatesModel, src: torch.Tensor, tgt_in: torch.Tensor
 
 @torch.no_grad()
 def exact_match(model: DatesModel, examples: list[Example]) -> float:
+    """Share of examples whose greedy translation is exactly the ISO date."""
     src, _ = batch(examples)
     out = model.translate(src)
     return sum(decode(o) == e.target for o, e in zip(out.tolist(), examples)) / len(examples)
 
 
 def decode(ids) -> str:
+    """Target ids as text (special tokens dropped)."""
     return "".join(TARGET_VOCAB[i] for i in ids if TARGET_VOCAB[i] not in (PAD, BOS, EOS))
 
 

@@ -24,6 +24,7 @@ BOS = 0
 
 @dataclass(frozen=True)
 class InductionConfig:
+    """Sizes of the induction model."""
     vocab: int = 64            # token 0 is BOS
     d_model: int = 64
     heads: int = 4
@@ -71,6 +72,7 @@ class InductionLM(nn.Module):
         return (self.embed.weight @ w_v.T @ w_o.T @ self.unembed.weight.T).detach()
 
     def dict_config(self) -> dict:
+        """The config as a dict (saved beside the weights)."""
         return asdict(self.config)
 
 

@@ -25,16 +25,22 @@ def _causal_square(spec: AttentionSpec) -> str | None:
 
 
 def _performer(q, k, v, spec: AttentionSpec) -> AttentionOutput:
+    """Performer FAVOR+ (Choromanski et al. 2021): an approximation of the reference's softmax
+    by positive random features, linear in N; unbiased for exp(q.k), not exact."""
     w = A.orthogonal_gaussian(PERFORMER_FEATURES, spec.d_k, dtype=q.dtype, device=q.device)
     return AttentionOutput(A.performer_attention(q, k, v, w, causal=spec.causal,
                                                  scale=spec.score_scale))
 
 
 def _linear(q, k, v, spec: AttentionSpec) -> AttentionOutput:
+    """Kernel (linear) attention (Katharopoulos et al. 2020): elu(x) + 1 in place of the
+    reference's exp, a different function, linear in N."""
     return AttentionOutput(A.linear_attention(q, k, v, causal=spec.causal))
 
 
 def _lsh(q, k, v, spec: AttentionSpec) -> AttentionOutput:
+    """LSH bucket attention (Kitaev et al. 2020): the reference's softmax within hash buckets
+    only, keys in other buckets dropped; an approximation."""
     return AttentionOutput(A.lsh_attention(q, k, v, scale=spec.score_scale))
 
 

@@ -301,6 +301,13 @@ class _BlockSparseAttention(torch.autograd.Function):
 
 def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           spec: AttentionSpec) -> AttentionOutput:
+    """The blocksparse backend: ``(out, lse)`` computed only on the tiles a structured mask keeps.
+
+    A pure band goes to the contiguous band path (:mod:`~attnlab.core.backends._band`), any
+    other structure to the gathered tiles of a :class:`~attnlab.core.layout.BlockLayout`.
+    Differs from the reference only in the order of floating-point operations (and exp2 on
+    log2-unit scores on the band path); q ``(..., N_q, D_k)``, k ``(..., N_k, D_k)``,
+    v ``(..., N_k, D_v)``; out ``(..., N_q, D_v)``, lse ``(..., N_q)``."""
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
     qf = q.reshape(n_bh, spec.n_q, spec.d_k).to(compute)

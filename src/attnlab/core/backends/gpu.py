@@ -200,6 +200,7 @@ class _FlashAttention(torch.autograd.Function):
 
 
 def triton_cdiv(a: int, b: int) -> int:
+    """Ceiling division, as ``triton.cdiv`` (without importing Triton)."""
     return -(-a // b)
 
 
@@ -219,6 +220,11 @@ def _result(out, lse, q, spec):
 
 def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      spec: AttentionSpec) -> AttentionOutput:
+    """The ``triton`` backend: FlashAttention-2's forward and backward kernels on CUDA tensors.
+
+    Masks are passed as numbers (band, per-sequence lengths), never as a tensor. Accumulates
+    in float32 whatever the input dtype; differs from the reference in the order of
+    floating-point operations. Shapes as :func:`attnlab.attention`."""
     qf, kf, vf = _flat(q, k, v, spec)
     out, lse = _FlashAttention.apply(qf, kf, vf, spec, _geometry(spec))
     return _result(out, lse, q, spec)
@@ -329,6 +335,9 @@ def _sparse_layout(spec: AttentionSpec) -> BlockLayout:
 
 def triton_blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  spec: AttentionSpec) -> AttentionOutput:
+    """The ``triton_blocksparse`` backend: only a BlockLayout's tiles, walked by row (forward,
+    dQ) and by column (dK, dV). Float32 accumulation; differs from the reference in the order
+    of floating-point operations; shapes as :func:`attnlab.attention`."""
     qf, kf, vf = _flat(q, k, v, spec)
     out, lse = _SparseAttention.apply(qf, kf, vf, spec, _sparse_layout(spec))
     return _result(out, lse, q, spec)

@@ -27,6 +27,12 @@ from attnlab.core.weigh import grouped, weigh_values
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         spec: AttentionSpec) -> AttentionOutput:
+    """The reference backend, the specification: the formula written out on the whole score
+    matrix, ``S = Q K^T * scale / T``, softcap, score_mod, masks, softmax, dropout, ``O = A V``.
+
+    Returns out, weights and lse in the input dtype (low precision stays low: it is the
+    baseline every backend's tolerance is measured against). q ``(..., N_q, D_k)``, k
+    ``(..., N_k, D_k)``, v ``(..., N_k, D_v)``; weights ``(..., N_q, N_k)``."""
     if spec.kv_groups > 1:                                     # k (..., H_kv, N_k, D_k)
         s = (grouped(q, spec.kv_groups) @ k.unsqueeze(-3).transpose(-2, -1)).flatten(-4, -3)
         s = s * spec.score_scale                               # (..., H_q, N_q, N_k)

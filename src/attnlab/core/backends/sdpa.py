@@ -34,6 +34,12 @@ def _needs_dense_mask(spec: AttentionSpec) -> bool:
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    spec: AttentionSpec) -> AttentionOutput:
+    """The sdpa backend: torch's fused ``scaled_dot_product_attention`` with attnlab's contract.
+
+    Bottom-right causal alignment and windows become an explicit bool mask, fully masked rows
+    give exact zeros, and a float mask is shifted by each row's largest entry (the softmax is
+    unchanged). Differs from the reference in torch's kernel's order of operations; returns
+    neither weights nor lse."""
     gqa = {"enable_gqa": True} if spec.kv_groups > 1 else {}     # K/V heads shared, not copied
     if not _needs_dense_mask(spec):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=spec.causal,
