@@ -11,7 +11,10 @@ import pytest
 import torch
 import transformers  # a dependency of attnlab (the embedded model's tokenizer)
 
-from attnlab.inspect.capture import UnsupportedAttentionOption, _hf_attention, record
+from attnlab.inspect.capture import record
+from attnlab.integrations.transformers import UnsupportedAttentionOption, make_attention
+
+_hf_attention = make_attention("reference")
 
 V = 40
 

@@ -125,11 +125,11 @@ def watch(model: nn.Module, on_call=None):
         return attention(q, k, v, **options)
 
     hf_prev = None
-    from attnlab.inspect import capture as _cap
-    if _cap._is_hf(model) and _cap._register_hf():
+    from attnlab.integrations import transformers as hf
+    if hf.is_transformers_model(model):
+        hf.register(list(hf.RECORD_NAMES))
         hf_prev = model.config._attn_implementation
-        model.set_attn_implementation(_cap.HF_IMPLEMENTATION_EAGER if hf_prev == "eager"
-                                      else _cap.HF_IMPLEMENTATION)
+        model.set_attn_implementation(hf.record_name(model))
     fast = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:

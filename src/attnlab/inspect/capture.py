@@ -15,9 +15,10 @@ How each kind is captured, without replacing anyone's code:
   ``need_weights=False`` and may skip it entirely on torch's fused inference path, so that path
   is switched off while recording;
 * Hugging Face models: their attention modules dispatch through transformers' attention
-  interface; attnlab registers its core there (``"attnlab"``) and selects it while recording, so
-  every map comes from :func:`attnlab.attention`. (The default ``sdpa`` implementation returns no
-  maps at all, even with ``output_attentions=True``.)
+  interface; :mod:`attnlab.integrations.transformers` registers attnlab's core there and the
+  recorder selects its reference name with the mask of the model's own implementation, so
+  every map comes from :func:`attnlab.attention` and the outputs do not change. (The default
+  ``sdpa`` implementation returns no maps at all, even with ``output_attentions=True``.)
 
 If nothing was captured the context raises, rather than returning empty results.
 """
@@ -30,12 +31,10 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from attnlab.core import attention
+from attnlab.integrations import transformers as hf
 from attnlab.nn import _recording
 from attnlab.nn.multihead import MultiheadAttention as AttnlabMHA
 
-HF_IMPLEMENTATION = "attnlab"
-HF_IMPLEMENTATION_EAGER = "attnlab_eager"
 _MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
              "average_attn_weights", "is_causal")
 
@@ -130,116 +129,8 @@ class Recording:
         return torch.stack([w[index, :, :n_q, :n_k].detach().double() for w in chosen])
 
 
-# Options transformers passes to an attention implementation that carry no attention semantics
-# (the model's own bookkeeping, forwarded through its ``**kwargs``).
-_HF_BOOKKEEPING = frozenset({
-    "output_attentions", "output_hidden_states", "use_cache", "return_dict", "position_ids",
-    "cache_position", "past_key_values", "past_key_value", "layer_idx", "deterministic",
-    "num_items_in_batch", "query_length", "key_length", "position_embeddings",
-    "output_router_logits", "token_type_ids",
-})
-# Options that change what attention computes and that the adapter cannot honour: refused.
-_HF_UNSUPPORTED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "indices",
-                   "block_indices", "seq_idx")
 _CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn",
                 "multihead_attn")
-
-
-class UnsupportedAttentionOption(ValueError):
-    """transformers asked the recorded attention for something attnlab cannot reproduce."""
-
-
-def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                  is_causal=None, softcap=None, sliding_window=None, position_bias=None,
-                  s_aux=None, sinks=None, **kwargs):
-    """transformers' attention-interface signature, computed by attnlab's core.
-
-    Honours every option transformers passes that changes the result, with transformers'
-    own rules (those of its ``sdpa`` implementation): causality from ``is_causal`` or else the
-    module's ``is_causal`` attribute, applied only without a mask and for more than one query
-    (top-left: extra keys of a pre-filled static cache are dropped); ``scaling``; ``dropout``;
-    ``softcap`` (Gemma 2); ``sliding_window`` (keys ``j > i - sliding_window``); T5's additive
-    ``position_bias``; per-head sink logits (``s_aux`` / ``sinks``, gpt-oss). Packed-sequence
-    options (``cu_seq_lens_*``) are refused, as is any option it does not know.
-    """
-    for name in _HF_UNSUPPORTED:
-        if kwargs.get(name) is not None:
-            raise UnsupportedAttentionOption(
-                f"{type(module).__name__} passed {name}= (packed variable-length batches); "
-                "attnlab's recorder cannot reproduce it: record an unpacked, padded batch")
-    unknown = sorted(k for k, v in kwargs.items()
-                     if v is not None and k not in _HF_BOOKKEEPING and k not in _HF_UNSUPPORTED)
-    if unknown:
-        raise UnsupportedAttentionOption(
-            f"{type(module).__name__} passed attention option(s) {', '.join(unknown)} that "
-            "attnlab's recorder does not know, so the recorded maps could differ from what the "
-            "model computes; record it with a transformers version whose options attnlab knows, "
-            "or report the option")
-    n_q, n_k = query.shape[2], key.shape[2]
-    mask = attention_mask
-    if mask is not None:
-        mask = mask[..., :n_k]
-        if mask.dtype != torch.bool:
-            mask = mask.to(query.dtype)                      # additive: 0 or a large negative
-    if is_causal is None:
-        is_causal = getattr(module, "is_causal", False)
-    causal = bool(is_causal) and mask is None and n_q > 1
-    n_used = n_k
-    if causal and n_k > n_q:       # transformers' sdpa: a static cache's unwritten slots
-        n_used = n_q
-        key, value = key[:, :, :n_q], value[:, :, :n_q]
-        mask = None
-        if position_bias is not None:
-            position_bias = position_bias[..., :n_q]
-    if position_bias is not None:
-        bias = position_bias.to(query.dtype)
-        if mask is None:
-            mask = bias
-        elif mask.dtype == torch.bool:
-            mask = bias.masked_fill(~mask, float("-inf"))
-        else:
-            mask = bias + mask
-    window = None
-    if sliding_window is not None and causal:     # with a mask, the mask carries the window
-        window = (int(sliding_window) - 1, 0)
-    sink = s_aux if s_aux is not None else sinks
-    if sink is not None:
-        sink = sink.to(query.dtype)
-    n_rep = query.shape[1] // key.shape[1]
-    res = attention(query, key, value, mask=mask, causal=causal, window=window, scale=scaling,
-                    softcap=softcap, sinks=sink, enable_gqa=n_rep > 1,
-                    dropout_p=dropout if module.training else 0.0, return_weights=True)
-    weights = res.weights
-    if n_used < n_k:
-        weights = torch.nn.functional.pad(weights, (0, n_k - n_used))
-    _recording.report(module, weights)
-    return res.out.transpose(1, 2).contiguous(), weights      # (B, N, H, D), (B, H, N, N)
-
-
-def _register_hf() -> bool:
-    """Register attnlab's core as two transformers attention implementations that differ only
-    in the mask transformers builds for them: ``"attnlab"`` gets the SDPA-style bool mask,
-    ``"attnlab_eager"`` the eager float mask (0 or the dtype's minimum). Recording picks the one
-    of the model's own implementation, so even rows that mask every key (left padding) compute
-    what the model computes without the recorder. Without a registered mask function
-    transformers builds no padding mask at all for an unknown implementation."""
-    try:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
-    except ImportError:
-        return False
-    for name, mask_fn in ((HF_IMPLEMENTATION, sdpa_mask), (HF_IMPLEMENTATION_EAGER, eager_mask)):
-        AttentionInterface.register(name, _hf_attention)
-        AttentionMaskInterface.register(name, mask_fn)
-    return True
-
-
-def _is_hf(model: nn.Module) -> bool:
-    # A Hugging Face model exists only once transformers' modeling code is imported; asking
-    # for PreTrainedModel otherwise would import it (5 s) to learn that attnlab's own BERT is
-    # not one.
-    modeling = sys.modules.get("transformers.modeling_utils")
-    return modeling is not None and isinstance(model, modeling.PreTrainedModel)
 
 
 @contextmanager
@@ -276,10 +167,10 @@ def record(model: nn.Module):
             handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
             handles.append(m.register_forward_hook(post, with_kwargs=True))
     hf_prev = None
-    if _is_hf(model) and _register_hf():
+    if hf.is_transformers_model(model):
+        hf.register(list(hf.RECORD_NAMES))
         hf_prev = model.config._attn_implementation
-        model.set_attn_implementation(HF_IMPLEMENTATION_EAGER if hf_prev == "eager"
-                                      else HF_IMPLEMENTATION)
+        model.set_attn_implementation(hf.record_name(model))
     fast = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     token = _recording.push(rec)

@@ -1,0 +1,294 @@
+"""Run, train and generate with any Hugging Face transformers model on attnlab's backends.
+
+    from attnlab.integrations import transformers as attnlab_hf
+
+    attnlab_hf.register()                      # once per process; idempotent
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="attnlab_tiled")
+    model.set_attn_implementation("attnlab")   # or switch a loaded model
+
+Every name goes through transformers' own attention interface (``AttentionInterface``) with a
+mask function registered under the same name (``AttentionMaskInterface``): without one,
+transformers builds no padding mask at all for a name it does not know.
+
+=========================  ===========================  ======================================
+name                       attnlab backend              mask it receives
+=========================  ===========================  ======================================
+``attnlab``                ``auto`` (exact ones only)   eager's float mask (0 / dtype min)
+``attnlab_reference``      ``reference``                eager's float mask
+``attnlab_tiled``          ``tiled``                    eager's float mask
+``attnlab_fused``          ``sdpa`` (torch's kernels)   eager's float mask
+``attnlab_blocksparse``    ``blocksparse``              a bool mask (True = may attend)
+``attnlab_triton``         ``triton`` (CUDA)            a bool mask
+``attnlab_triton_blocksparse`` ``triton_blocksparse``   a bool mask
+=========================  ===========================  ======================================
+
+No name contains ``sdpa``, ``flash`` or ``flex``: transformers checks such names against a
+model's ``_supports_*`` flags and refuses them on Gemma 2 and gpt-oss.
+
+Where a batch has no padding and the mask is transformers' plain causal or sliding-window one,
+the mask function builds nothing (it returns None, as transformers' sdpa does for causal) and
+the call passes ``causal`` / ``window`` to the backend: a sliding-window model runs on the band
+path of ``blocksparse`` without any N x N tensor. The blocksparse names run a call that has no
+structure at all (one query while decoding, an encoder without padding: nothing to skip) on
+``auto``. With padding, the float-mask names compute
+exactly what eager attention computes (rows that see only padding included: eager's uniform
+average, through the dtype's minimum); the bool-mask names give those rows 0, attnlab's
+fully-masked-row contract. Either way, rows under a huge additive mask get the formula's
+gradient (see :mod:`attnlab.core.backends.tiled`).
+
+Causality follows transformers' rule exactly (that of its ``sdpa`` implementation): the call's
+``is_causal`` or else the module's ``is_causal`` attribute (True when the module has none),
+applied only without a mask and with more than one query; keys past the queries of an empty
+static cache are dropped (its causal mask is top-left). ``scaling``, ``dropout``, ``softcap``
+(Gemma 2), T5's additive ``position_bias`` (trainable: tiled and reference return its
+gradient), grouped-query K/V and per-head sinks (``s_aux`` / ``sinks``, gpt-oss) are honoured;
+packed-sequence options are refused. Attention weights are returned only when the model is
+asked for them (``output_attentions=True``), from a backend that computes them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.core.api import attention
+from attnlab.core.registry import list_backends
+from attnlab.nn import _recording
+
+# name -> (attnlab backend, mask style)
+NAMES: dict[str, tuple[str, str]] = {
+    "attnlab": ("auto", "float"),
+    "attnlab_reference": ("reference", "float"),
+    "attnlab_tiled": ("tiled", "float"),
+    "attnlab_fused": ("sdpa", "float"),
+    "attnlab_blocksparse": ("blocksparse", "bool"),
+    "attnlab_triton": ("triton", "bool"),
+    "attnlab_triton_blocksparse": ("triton_blocksparse", "bool"),
+}
+# What inspect's and diagnose's recorders use: auto (the reference while weights are recorded)
+# with the mask of the model's own implementation, so recording never changes what it computes.
+RECORD_NAMES: dict[str, tuple[str, str]] = {
+    "attnlab_record": ("auto", "bool"),               # for sdpa models (and the rest)
+    "attnlab_record_eager": ("auto", "float"),        # for eager models
+}
+_FORBIDDEN = ("sdpa", "flash", "flex")
+# Backends that exist to skip what a structure excludes; a call with no structure at all runs on
+# auto instead (a single query while decoding, an encoder without padding).
+_SKIPPERS = ("blocksparse", "triton_blocksparse")
+
+# Options transformers passes that carry no attention semantics (the model's bookkeeping).
+_BOOKKEEPING = frozenset({
+    "output_attentions", "output_hidden_states", "use_cache", "return_dict", "position_ids",
+    "cache_position", "past_key_values", "past_key_value", "layer_idx", "deterministic",
+    "num_items_in_batch", "query_length", "key_length", "position_embeddings",
+    "output_router_logits", "token_type_ids", "sliding_window",
+})
+# Options that change what attention computes and that attnlab cannot honour: refused.
+_UNSUPPORTED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "indices",
+                "block_indices", "seq_idx")
+
+
+class UnsupportedAttentionOption(ValueError):
+    """transformers asked attnlab's attention for something attnlab cannot reproduce."""
+
+
+def _weights_wanted(kwargs) -> bool:
+    """Whether the model is collecting attention weights (``output_attentions=True``)."""
+    if kwargs.get("output_attentions"):
+        return True
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:                          # an older transformers: passes the flag
+        return False
+    wanted = _active_collector.get() or {}
+    return "attentions" in wanted or "cross_attentions" in wanted
+
+
+def make_attention(backend: str):
+    """transformers' attention-interface function computed by attnlab's ``backend``."""
+
+    def attnlab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                          is_causal=None, softcap=None, sliding_window=None, position_bias=None,
+                          s_aux=None, sinks=None, **kwargs):
+        return _attention(backend, module, query, key, value, attention_mask, scaling, dropout,
+                          is_causal, softcap, sliding_window, position_bias,
+                          s_aux if s_aux is not None else sinks, kwargs)
+
+    attnlab_attention.__name__ = f"attnlab_{backend}_attention"
+    attnlab_attention.__doc__ = (f"transformers' attention interface on attnlab's {backend!r} "
+                                 "backend (see attnlab.integrations.transformers).")
+    return attnlab_attention
+
+
+def _attention(backend, module, query, key, value, mask, scaling, dropout, is_causal, softcap,
+               sliding_window, position_bias, sink, kwargs):
+    """``query (B, H_q, N_q, D)``, ``key, value (B, H_kv, N_k, D)`` -> ``(B, N_q, H_q, D_v)``
+    and the weights ``(B, H_q, N_q, N_k)`` or None."""
+    for name in _UNSUPPORTED:
+        if kwargs.get(name) is not None:
+            raise UnsupportedAttentionOption(
+                f"{type(module).__name__} passed {name}= (packed variable-length batches), "
+                "which attnlab does not reproduce; pass a padded batch with an attention_mask")
+    unknown = sorted(k for k, v in kwargs.items()
+                     if v is not None and k not in _BOOKKEEPING and k not in _UNSUPPORTED)
+    if unknown:
+        raise UnsupportedAttentionOption(
+            f"{type(module).__name__} passed attention option(s) {', '.join(unknown)} that "
+            "attnlab does not know, so its result could differ from the model's; use a "
+            "transformers version whose options attnlab knows, or report the option")
+    recording = _recording.listening()
+    want = recording or _weights_wanted(kwargs)
+    n_q, n_k = query.shape[2], key.shape[2]
+    if mask is not None:
+        mask = mask[..., :n_k]
+        if mask.dtype != torch.bool:
+            mask = mask.to(query.dtype)                      # additive: 0 or a large negative
+    # transformers' rule (its sdpa implementation): the call's flag, else the module's,
+    # True when the module has none; only without a mask and for more than one query.
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", True)
+    causal = bool(is_causal) and mask is None and n_q > 1
+    n_used = n_k
+    if causal and n_k > n_q:          # an empty static cache: its causal mask is top-left
+        n_used = n_q
+        key, value = key[:, :, :n_q], value[:, :, :n_q]
+        if position_bias is not None:
+            position_bias = position_bias[..., :n_q]
+    window = None
+    if sliding_window is not None and mask is None and (causal or n_q == 1):
+        window = (int(sliding_window) - 1, 0)             # keys j > p - sliding_window
+    if position_bias is not None:
+        bias = position_bias.to(query.dtype)
+        if mask is None:
+            mask = bias
+        elif mask.dtype == torch.bool:
+            mask = bias.masked_fill(~mask, float("-inf"))
+        else:
+            mask = bias + mask
+    if sink is not None:
+        sink = sink.to(query.dtype)
+    if backend in _SKIPPERS and mask is None and not causal and window is None:
+        backend = "auto"                  # nothing to skip in this call (see the module doc)
+    if want and backend not in ("auto", "reference") and \
+            not list_backends()[backend].capabilities.weights:
+        if recording:
+            backend = "reference"
+        else:
+            raise ValueError(
+                f"output_attentions=True asks for the attention weights, which attnlab's "
+                f"{backend!r} backend does not compute; use attn_implementation='attnlab' "
+                "(auto picks a backend that returns them) or 'attnlab_reference'")
+    res = attention(query, key, value, mask=mask, causal=causal, window=window, scale=scaling,
+                    softcap=softcap, sinks=sink, enable_gqa=query.shape[1] != key.shape[1],
+                    dropout_p=dropout, backend=backend, return_weights=want)
+    out, weights = (res.out, res.weights) if want else (res, None)
+    if weights is not None and n_used < n_k:
+        weights = torch.nn.functional.pad(weights, (0, n_k - n_used))
+    if recording:
+        _recording.report(module, weights)
+    return out.transpose(1, 2).contiguous(), weights        # (B, N, H, D), (B, H, N, N)
+
+
+def make_mask(style: str):
+    """A mask function for transformers' ``AttentionMaskInterface``: None where the backend
+    can take causal / window flags instead (no padding, transformers' plain causal or
+    sliding-window mask, the last query aligned with the last key), else the mask built by
+    transformers' own ``sdpa_mask`` (bool, True = may attend) or ``eager_mask`` (float)."""
+    from transformers.masking_utils import (
+        _ignore_causal_mask_sdpa,
+        eager_mask,
+        prepare_padding_mask,
+        sdpa_mask,
+    )
+
+    def attnlab_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
+                     attention_mask=None, local_size=None, allow_is_causal_skip=True,
+                     allow_is_bidirectional_skip=False, **kwargs):
+        if allow_is_causal_skip:
+            padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+            plain = padding is None or bool(padding.all())
+            aligned = (not isinstance(q_offset, torch.Tensor)
+                       and not isinstance(kv_offset, torch.Tensor)
+                       and int(q_offset) + q_length == int(kv_offset) + kv_length)
+            if plain and aligned:
+                return None          # causal (and a window) from the flags: no N x N mask
+            if local_size is None and _ignore_causal_mask_sdpa(padding, q_length, kv_length,
+                                                               q_offset, kv_offset):
+                return None          # transformers' own case: an empty static cache
+        build = sdpa_mask if style == "bool" else eager_mask
+        return build(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                     q_offset=q_offset, kv_offset=kv_offset, attention_mask=attention_mask,
+                     local_size=local_size, allow_is_causal_skip=False,
+                     allow_is_bidirectional_skip=allow_is_bidirectional_skip, **kwargs)
+
+    attnlab_mask.__name__ = f"attnlab_{style}_mask"
+    return attnlab_mask
+
+
+_REGISTERED: dict[str, tuple] = {}
+
+
+def register(names=None) -> list[str]:
+    """Register attnlab's names with transformers' attention and mask interfaces.
+
+    Args:
+        names: which of :data:`NAMES` (default: all of them, and the recorders'
+            :data:`RECORD_NAMES`). Registering again is a no-op.
+
+    Returns:
+        the names now registered. Raises ``ValueError`` if one of them is already taken by
+        something other than attnlab (nothing of transformers' own names is touched).
+    """
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError as exc:
+        raise ImportError("attnlab's transformers integration needs transformers >= 4.48 "
+                          f"(its AttentionInterface): {exc}") from None
+    table = {**NAMES, **RECORD_NAMES}
+    chosen = list(table) if names is None else list(names)
+    unknown = [n for n in chosen if n not in table]
+    if unknown:
+        raise ValueError(f"names must be among {', '.join(table)}, got {unknown}")
+    for name in chosen:
+        if any(bad in name for bad in _FORBIDDEN):       # a guard for future names
+            raise AssertionError(name)
+        if name in _REGISTERED:
+            continue
+        taken = AttentionInterface._global_mapping.get(name)
+        if taken is not None and not getattr(taken, "__name__", "").startswith("attnlab_"):
+            raise ValueError(f"attention implementation {name!r} is already registered by "
+                             f"{getattr(taken, '__module__', '?')}; attnlab leaves it alone")
+        backend, style = table[name]
+        fn, mask_fn = make_attention(backend), make_mask(style)
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, mask_fn)
+        _REGISTERED[name] = (fn, mask_fn)
+    return [n for n in table if n in _REGISTERED]
+
+
+def unregister() -> None:
+    """Remove every name :func:`register` added (transformers' own names are untouched)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    for name, (fn, mask_fn) in list(_REGISTERED.items()):
+        if AttentionInterface._global_mapping.get(name) is fn:
+            del AttentionInterface._global_mapping[name]
+        if AttentionMaskInterface._global_mapping.get(name) is mask_fn:
+            del AttentionMaskInterface._global_mapping[name]
+        del _REGISTERED[name]
+
+
+def is_transformers_model(model) -> bool:
+    """Whether ``model`` is a transformers ``PreTrainedModel`` (without importing transformers'
+    modeling code, 5 s, to learn that a model is not one)."""
+    import sys
+
+    modeling = sys.modules.get("transformers.modeling_utils")
+    return modeling is not None and isinstance(model, modeling.PreTrainedModel)
+
+
+def record_name(model) -> str:
+    """The recording name whose mask matches ``model``'s own implementation."""
+    return "attnlab_record_eager" if model.config._attn_implementation == "eager" \
+        else "attnlab_record"
