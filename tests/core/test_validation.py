@@ -81,3 +81,23 @@ def test_custom_backend_runs_when_named_and_approximations_never_auto():
     assert "test-approx" not in list_backends()
     with pytest.raises(ValueError, match="backend must be one of"):
         unregister_backend("test-approx")
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa", "tiled", "blocksparse"])
+@pytest.mark.parametrize("n_q, n_k", [(3, 5), (5, 3), (4, 4)])
+def test_causal_bias_is_a_mask_on_every_backend(backend, n_q, n_k):
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, n_q, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(1, 2, n_k, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    for bias in (causal_lower_right(n_q, n_k), causal_upper_left(n_q, n_k)):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        got = attention(q, k, v, mask=bias, backend=backend)
+        rows = torch.isfinite(want).all(-1)           # torch gives NaN where no key is left
+        assert torch.allclose(got[rows], want[rows], atol=1e-12)
+        assert (got[~rows] == 0).all()
+        assert torch.allclose(torch.autograd.grad(got[rows].sum(), q)[0],
+                              torch.autograd.grad(want[rows].sum(), q)[0], atol=1e-12)
+    with pytest.raises(ValueError, match="CausalBias for"):
+        attention(q, k, v, mask=causal_lower_right(n_q + 1, n_k))

@@ -111,11 +111,15 @@ def _compare(ours, theirs, *args, **kw):
         assert a.keys() == b.keys() and len(a) == edges.shape[1]
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-12, atol=1e-12)
-    g1 = torch.autograd.grad(out.square().sum(), list(ours.parameters()))
+    params = list(ours.parameters())
+    g1 = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
     g2 = torch.autograd.grad(ref.square().sum(), [dict(theirs.named_parameters())[k]
-                                                  for k, _ in ours.named_parameters()])
-    for u, v in zip(g1, g2):
-        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+                                                  for k, _ in ours.named_parameters()],
+                             allow_unused=True)
+    for u, v, p in zip(g1, g2, params):                  # unused in both: the same zeros
+        torch.testing.assert_close(torch.zeros_like(p) if u is None else u,
+                                   torch.zeros_like(p) if v is None else v,
+                                   rtol=1e-10, atol=1e-12)
 
 
 FILLS = ["mean", "add", "max", 0.5, torch.tensor([1.0, -2.0, 0.0])]
@@ -159,6 +163,19 @@ def test_residual_and_bipartite_equal_pyg(cls, concat):
         # PyG's GATv2Conv takes no size= (ours does, as GATConv)
         _compare(ours, theirs, (x_src, x_dst), bi, **({"size": (12, 5)}
                                                       if cls == "GATConv" else {}))
+    # PyG's bipartite call without target features (its own tests): the scores use the
+    # sources only, the targets' number comes from size, and no residual is added.
+    for loops in (False, True):
+        for size in ((12, 5), None):
+            ours = getattr(anl, cls)((7, 6), 4, heads=2, concat=concat,
+                                     add_self_loops=loops).double()
+            theirs = _pyg_copy(ours, getattr(pyg, cls)((7, 6), 4, heads=2, concat=concat,
+                                                       add_self_loops=loops).double())
+            if cls == "GATv2Conv":              # its score needs both ends: refused, as PyG
+                with pytest.raises(ValueError, match="GATv2Conv needs the target"):
+                    ours((x_src, None), bi)
+                continue
+            _compare(ours, theirs, (x_src, None), bi, **({"size": size} if size else {}))
 
 
 @pytest.mark.parametrize("share_weights", [False, True])

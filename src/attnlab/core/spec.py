@@ -303,6 +303,26 @@ def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
     return mask, None
 
 
+def _causal_bias(mask: Any, causal: bool, n_q: int, n_k: int):
+    """``torch.nn.attention.bias.CausalBias`` as a mask: ``causal_lower_right`` is attnlab's
+    own causal (bottom-right aligned), ``causal_upper_left`` (SDPA's ``is_causal``) keeps
+    ``j <= i`` as a mask function. Returns ``(mask, causal)``."""
+    # A CausalBias exists only once its module is imported; importing it to ask would pull in
+    # torch._dynamo (4 s) on the first call of every process.
+    import sys
+
+    bias = sys.modules.get("torch.nn.attention.bias")
+    if mask is None or bias is None or not isinstance(mask, bias.CausalBias):
+        return mask, causal
+    if (mask.seq_len_q, mask.seq_len_kv) != (n_q, n_k):
+        raise ValueError(f"mask is a CausalBias for ({mask.seq_len_q}, {mask.seq_len_kv}) but "
+                         f"q and k give (N_q, N_k) = ({n_q}, {n_k}); build it with "
+                         f"causal_lower_right({n_q}, {n_k})")
+    if mask.variant == bias.CausalVariant.LOWER_RIGHT:
+        return None, True
+    return M.causal(offset=0), causal                                  # upper left: j <= i
+
+
 def _validate_score_mod(score_mod: Any, batch_shape: tuple[int, ...]) -> tuple:
     if score_mod is None:
         return ()
@@ -360,9 +380,10 @@ def spec_from_shapes(batch_shape: tuple[int, ...], n_q: int, n_k: int, d_k: int,
                      return_weights: bool = False, return_lse: bool = False) -> AttentionSpec:
     """Validate everything but the tensors q, k, v (already checked, or never made, as for
     precomputed scores) and build the spec from their shapes."""
-    mask_t, mask_fn = _validate_mask(mask, batch_shape, n_q, n_k, device)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {describe(causal)}")
+    mask, causal = _causal_bias(mask, causal, n_q, n_k)
+    mask_t, mask_fn = _validate_mask(mask, batch_shape, n_q, n_k, device)
     for name, flag in (("return_weights", return_weights), ("return_lse", return_lse)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {describe(flag)}")

@@ -154,6 +154,10 @@ class _GraphAttention(nn.Module):
             x_src = x_dst = x
         pair = self.in_channels if isinstance(self.in_channels, tuple) else (
             self.in_channels, self.in_channels)
+        if x_dst is None:
+            # PyG's bipartite call without target features: the scores use the sources only,
+            # the number of targets comes from size (else the number of sources), no residual.
+            return self._source_only(x_src, pair, edge_index, edge_attr, size)
         for name, t, c in (("x_src", x_src, pair[0]), ("x_dst", x_dst, pair[1])):
             if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[1] != c:
                 raise ValueError(f"{name if x_src is not x_dst else 'x'} must have shape "
@@ -184,6 +188,30 @@ class _GraphAttention(nn.Module):
                                               self.fill_value)
         return x_src, x_dst, src, dst, edge_attr
 
+    def _source_only(self, x_src, pair, edge_index, edge_attr, size):
+        """``_inputs`` for ``(x_src, None)``: ``x_dst`` stays None and ``self._n_dst`` holds the
+        number of targets."""
+        if not isinstance(x_src, torch.Tensor) or x_src.dim() != 2 or x_src.shape[1] != pair[0]:
+            raise ValueError(f"x_src must have shape (num_nodes, {pair[0]}), got "
+                             f"{tuple(x_src.shape) if isinstance(x_src, torch.Tensor) else x_src!r}")
+        if edge_attr is not None:
+            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+        n_src = x_src.shape[0]
+        if size is not None:
+            if int(size[0]) != n_src:
+                raise ValueError(f"size[0] must be the number of sources, {n_src}, got {size}")
+            n_dst = int(size[1])
+        else:
+            n_dst = n_src                 # PyG's MessagePassing: size[1] defaults to size[0]
+        ei = check_edge_index(edge_index, n_src, n_dst).to(x_src.device)
+        src, dst = ei
+        if self.add_self_loops:
+            n_loops = min(size) if size is not None else n_src
+            src, dst, edge_attr = _self_loops(src, dst, edge_attr, int(n_loops),
+                                              self.fill_value)
+        self._n_dst = n_dst
+        return x_src, None, src, dst, edge_attr
+
     def _aggregate(self, e, msg, src, dst, n_dst, x_dst, return_attention_weights):
         """Softmax of logits ``e (E, H)`` per target, dropout, sum of messages, residual and
         bias. The returned coefficients are the ones applied (after dropout), as PyG returns
@@ -193,7 +221,7 @@ class _GraphAttention(nn.Module):
         h, c = self.heads, self.out_channels
         out = msg.new_zeros(n_dst, h, c).index_add_(0, dst, msg[src] * alpha.unsqueeze(-1))
         out = out.reshape(n_dst, h * c) if self.concat else out.mean(dim=1)
-        if self.res is not None:
+        if self.res is not None and x_dst is not None:
             out = out + self.res(x_dst)
         if self.bias is not None:
             out = out + self.bias
@@ -284,20 +312,18 @@ class GATConv(_GraphAttention):
         ``return_attention_weights`` also the edges and their weights."""
         x_src, x_dst, src, dst, attr = self._inputs(x, edge_index, edge_attr, size)
         h, c = self.heads, self.out_channels
-        if self.lin is not None:
-            z_src = self.lin(x_src).view(-1, h, c)                       # (N_s, H, C)
-            z_dst = z_src if x_dst is x_src else self.lin(x_dst).view(-1, h, c)
-        else:
-            z_src = self.lin_src(x_src).view(-1, h, c)
-            z_dst = self.lin_dst(x_dst).view(-1, h, c)
-        a_src = (z_src * self.att_src).sum(-1)                           # (N_s, H)
-        a_dst = (z_dst * self.att_dst).sum(-1)                           # (N_t, H)
-        e = a_src[src] + a_dst[dst]                                      # (E, H)
+        lin_src = self.lin if self.lin is not None else self.lin_src
+        lin_dst = self.lin if self.lin is not None else self.lin_dst
+        z_src = lin_src(x_src).view(-1, h, c)                            # (N_s, H, C)
+        e = (z_src * self.att_src).sum(-1)[src]                          # (E, H)
+        if x_dst is not None:                                            # (x_src, None): none
+            z_dst = z_src if x_dst is x_src else lin_dst(x_dst).view(-1, h, c)
+            e = e + (z_dst * self.att_dst).sum(-1)[dst]
         if attr is not None:
             e = e + (self.lin_edge(attr).view(-1, h, c) * self.att_edge).sum(-1)
         e = F.leaky_relu(e, self.negative_slope)
-        return self._aggregate(e, z_src, src, dst, x_dst.shape[0], x_dst,
-                               return_attention_weights)
+        n_dst = self._n_dst if x_dst is None else x_dst.shape[0]
+        return self._aggregate(e, z_src, src, dst, n_dst, x_dst, return_attention_weights)
 
 
 class GATv2Conv(_GraphAttention):
@@ -344,13 +370,20 @@ class GATv2Conv(_GraphAttention):
                 size: tuple[int, int] | None = None, return_attention_weights: bool = False):
         """GATv2 (dynamic attention): as :meth:`GATConv.forward`, scores ``a^T LeakyReLU(W [x_i ||
         x_j])``."""
+        if isinstance(x, (tuple, list)) and x[1] is None:
+            raise ValueError("GATv2Conv needs the target nodes' features, x = (x_src, x_dst): "
+                             "its score a^T LeakyReLU(W_l x_j + W_r x_i) reads both ends (as "
+                             "PyG's GATv2Conv); GATConv takes (x_src, None)")
         x_src, x_dst, src, dst, attr = self._inputs(x, edge_index, edge_attr, size)
         h, c = self.heads, self.out_channels
         z_l = self.lin_l(x_src).view(-1, h, c)                           # sources (N_s, H, C)
-        z_r = z_l if (self.share_weights and x_dst is x_src) else self.lin_r(x_dst).view(-1, h, c)
-        s = z_l[src] + z_r[dst]                                          # (E, H, C)
+        s = z_l[src]                                                     # (E, H, C)
+        if x_dst is not None:                                            # (x_src, None): none
+            z_r = z_l if (self.share_weights and x_dst is x_src) else \
+                self.lin_r(x_dst).view(-1, h, c)
+            s = s + z_r[dst]
         if attr is not None:
             s = s + self.lin_edge(attr).view(-1, h, c)
         e = (F.leaky_relu(s, self.negative_slope) * self.att).sum(-1)    # (E, H)
-        return self._aggregate(e, z_l, src, dst, x_dst.shape[0], x_dst,
-                               return_attention_weights)
+        n_dst = self._n_dst if x_dst is None else x_dst.shape[0]
+        return self._aggregate(e, z_l, src, dst, n_dst, x_dst, return_attention_weights)
