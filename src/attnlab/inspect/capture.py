@@ -25,7 +25,6 @@ If nothing was captured the context raises, rather than returning empty results.
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 
 import torch

@@ -192,8 +192,8 @@ class _GraphAttention(nn.Module):
         """``_inputs`` for ``(x_src, None)``: ``x_dst`` stays None and ``self._n_dst`` holds the
         number of targets."""
         if not isinstance(x_src, torch.Tensor) or x_src.dim() != 2 or x_src.shape[1] != pair[0]:
-            raise ValueError(f"x_src must have shape (num_nodes, {pair[0]}), got "
-                             f"{tuple(x_src.shape) if isinstance(x_src, torch.Tensor) else x_src!r}")
+            got = tuple(x_src.shape) if isinstance(x_src, torch.Tensor) else repr(x_src)
+            raise ValueError(f"x_src must have shape (num_nodes, {pair[0]}), got {got}")
         if edge_attr is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
         n_src = x_src.shape[0]
