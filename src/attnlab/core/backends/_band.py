@@ -153,10 +153,10 @@ class Band:
 
 def applies(spec: AttentionSpec) -> bool:
     """A pure band, finite on both sides, and nothing else to mask (nor a softcap, which must
-    come before the mask this path fuses into the score matmul)."""
+    come before the mask this path fuses into the score matmul). Grouped-query K/V are served
+    with K and V repeated per query head (O(N D) more memory, none in N^2)."""
     return (spec.band is not None and None not in spec.band and spec.mask is None
-            and spec.mask_fn is None and spec.softcap is None and spec.score_mod is None
-            and spec.kv_groups == 1)
+            and spec.mask_fn is None and spec.softcap is None and spec.score_mod is None)
 
 
 class BandAttention(torch.autograd.Function):

@@ -315,6 +315,10 @@ def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vf = v.reshape(n_kv, spec.n_k, spec.d_v).to(compute)
     if _band.applies(spec):
         ts = sizes()
+        if spec.kv_groups > 1:        # the band path pairs each query head with its own K/V
+            kf = kf.repeat_interleave(spec.kv_groups, dim=0)                # (BH, N_k, D_k)
+            vf = vf.repeat_interleave(spec.kv_groups, dim=0)                # (BH, N_k, D_v)
+            spec = dataclasses.replace(spec, kv_groups=1)
         out, lse = _band.BandAttention.apply(qf, kf, vf, spec, ts.band_block, ts.run)
     else:
         out, lse = _BlockSparseAttention.apply(qf, kf, vf, spec, layout_for(spec), *spec.captured)
