@@ -62,19 +62,23 @@ def _kind(module, name: str, weights: torch.Tensor) -> str:
 
 class Recording:
     """Attention maps in call order, one ``(B, H, N_q, N_k)`` tensor per attention call, with
-    the calling module's name (``sources``) and its kind (``kinds``: ``"self"``,
-    ``"causal"`` or ``"cross"``)."""
+    the calling module's name (``sources``), its kind (``kinds``: ``"self"``, ``"causal"`` or
+    ``"cross"``) and, where the module said, the vectors behind the map (``raw_vectors``:
+    ``(q, k, v, scale)`` or None)."""
 
     def __init__(self, names: dict[int, str]):
         self._names = names
         self.raw: list[torch.Tensor] = []
+        self.raw_vectors: list[tuple | None] = []
         self.sources: list[str] = []
         self.kinds: list[str] = []
 
-    def add(self, module, weights: torch.Tensor) -> None:
-        """Record ``weights (B, H, N_q, N_k)`` from ``module`` with its name and kind."""
+    def add(self, module, weights: torch.Tensor, vectors=None) -> None:
+        """Record ``weights (B, H, N_q, N_k)`` from ``module`` with its name and kind, and the
+        ``(q, k, v, scale)`` they came from when given (see :mod:`attnlab.nn._recording`)."""
         name = self._names.get(id(module), type(module).__name__)
         self.raw.append(weights)
+        self.raw_vectors.append(vectors)
         self.sources.append(name)
         self.kinds.append(_kind(module, name, weights))
 
@@ -97,35 +101,90 @@ class Recording:
             key_attention_mask: the real positions of the keys where they differ from the
                 queries' (the encoder's mask for cross-attention); default ``attention_mask``.
         """
+        chosen = self._chosen(kind)
+        rows, cols = self._positions(chosen[0][0], index, length, attention_mask,
+                                     key_attention_mask)
+        return torch.stack([w[index][:, rows][:, :, cols].detach().double()
+                            for w, _ in chosen])
+
+    def vectors(self, index: int = 0, length: int | None = None,
+                attention_mask: torch.Tensor | None = None, *, kind: str | None = None,
+                key_attention_mask: torch.Tensor | None = None):
+        """The vectors behind :meth:`maps` (the same arguments): ``q (L, H, n_q, D)``,
+        ``k (L, H, n_k, D)``, ``v (L, H, n_k, D_v)`` float32 and the scales ``(L,)`` with
+        ``scores = q k^T * scale`` (before any mask or bias); None if a module did not report
+        them."""
+        chosen = self._chosen(kind)
+        if any(vec is None for _, vec in chosen):
+            return None
+        rows, cols = self._positions(chosen[0][0], index, length, attention_mask,
+                                     key_attention_mask)
+        q = torch.stack([vec[0][index][:, rows].float() for _, vec in chosen])
+        k = torch.stack([vec[1][index][:, cols].float() for _, vec in chosen])
+        v = torch.stack([vec[2][index][:, cols].float() for _, vec in chosen])
+        scale = torch.tensor([float(vec[3]) for _, vec in chosen])
+        return q, k, v, scale
+
+    def _chosen(self, kind):
         if not self.raw:
             raise RuntimeError("no attention maps were recorded")
         if kind is not None and kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
-        chosen = [w for w, k in zip(self.raw, self.kinds) if kind is None or k == kind]
+        chosen = [(w, vec) for w, vec, k in zip(self.raw, self.raw_vectors, self.kinds)
+                  if kind is None or k == kind]
         if not chosen:
             raise ValueError(f"no {kind} attention was recorded; recorded kinds: "
                              f"{', '.join(sorted(set(self.kinds)))}")
-        if kind is None and len({w.shape[-2:] for w in chosen}) > 1:
+        if kind is None and len({w.shape[-2:] for w, _ in chosen}) > 1:
             raise ValueError("the recorded maps have different shapes (kinds: "
                              f"{', '.join(sorted(set(self.kinds)))}); pick one with kind=")
+        return chosen
+
+    @staticmethod
+    def _positions(w, index, length, attention_mask, key_attention_mask):
+        """The real rows and columns of sequence ``index`` (see :meth:`maps`)."""
+        device = w.device
 
         def real(m):
             m = m[index] if m.dim() == 2 else m
-            return m.bool().nonzero().flatten().to(chosen[0].device)
+            return m.bool().nonzero().flatten().to(device)
 
         if attention_mask is not None or key_attention_mask is not None:
             rows = real(attention_mask) if attention_mask is not None else None
             cols = real(key_attention_mask) if key_attention_mask is not None else rows
             if rows is None:
-                rows = torch.arange(chosen[0].shape[-2], device=chosen[0].device)
+                rows = torch.arange(w.shape[-2], device=device)
             if length is not None and length != rows.numel():
                 raise ValueError(f"length={length} but attention_mask marks {rows.numel()} "
                                  "real tokens; give one of them")
-            return torch.stack([w[index][:, rows][:, :, cols].detach().double()
-                                for w in chosen])
-        n_q = chosen[0].shape[-2] if length is None else length
-        n_k = chosen[0].shape[-1] if length is None else length
-        return torch.stack([w[index, :, :n_q, :n_k].detach().double() for w in chosen])
+            return rows, cols
+        n_q = w.shape[-2] if length is None else length
+        n_k = w.shape[-1] if length is None else length
+        return torch.arange(n_q, device=device), torch.arange(n_k, device=device)
+
+
+def _torch_mha_vectors(mod: nn.MultiheadAttention, query, key, value):
+    """``(q, k, v, scale)`` of a ``torch.nn.MultiheadAttention`` call, ``(B, H, N, D)``: its
+    input projections applied to the call's inputs, as the module computes them (without the
+    extra key of ``add_bias_kv`` / ``add_zero_attn``: None then)."""
+    if mod.bias_k is not None or mod.add_zero_attn:
+        return None
+    if not mod.batch_first and query.dim() == 3:
+        query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+    if query.dim() == 2:
+        query, key, value = query[None], key[None], value[None]
+    e, h = mod.embed_dim, mod.num_heads
+    with torch.no_grad():
+        if mod._qkv_same_embed_dim:
+            w = mod.in_proj_weight.split(e)
+        else:
+            w = (mod.q_proj_weight, mod.k_proj_weight, mod.v_proj_weight)
+        b = (None,) * 3 if mod.in_proj_bias is None else mod.in_proj_bias.split(e)
+        q, k, v = (torch.nn.functional.linear(x, wi, bi)
+                   for x, wi, bi in zip((query, key, value), w, b))     # (B, N, E)
+        q, k, v = (t.reshape(t.shape[0], t.shape[1], h, -1).transpose(1, 2)
+                   for t in (q, k, v))                                   # (B, H, N, D)
+    return q, k, v, q.shape[-1] ** -0.5
 
 
 _CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn",
@@ -158,7 +217,7 @@ def record(model: nn.Module):
 
             def post(mod, args, kwargs, output, asked=asked):
                 out, w = output                                    # w (B, H, N_q, N_k)
-                rec.add(mod, w)
+                rec.add(mod, w, _torch_mha_vectors(mod, *args[:3]))
                 if not asked["need"]:
                     return out, None
                 return out, (w.mean(dim=-3) if asked["avg"] else w)

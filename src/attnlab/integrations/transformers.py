@@ -184,7 +184,11 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
     if weights is not None and n_used < n_k:
         weights = torch.nn.functional.pad(weights, (0, n_k - n_used))
     if recording:
-        _recording.report(module, weights)
+        g = query.shape[1] // key.shape[1]
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        vectors = (query.detach(), key.detach().repeat_interleave(g, 1),
+                   value.detach().repeat_interleave(g, 1), float(scale))
+        _recording.report(module, weights, vectors)
     return out.transpose(1, 2).contiguous(), weights        # (B, N, H, D), (B, H, N, N)
 
 

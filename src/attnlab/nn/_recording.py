@@ -17,10 +17,13 @@ def listening() -> bool:
     return bool(_RECORDERS.get())
 
 
-def report(module: torch.nn.Module, weights: torch.Tensor) -> None:
-    """``weights (B, H, N_q, N_k)`` from ``module`` to every active recorder."""
+def report(module: torch.nn.Module, weights: torch.Tensor, vectors=None) -> None:
+    """``weights (B, H, N_q, N_k)`` from ``module`` to every active recorder, with the vectors
+    they came from when known: ``vectors = (q, k, v, scale)``, q ``(B, H, N_q, D)``, k and v
+    ``(B, H, N_k, D)`` as they entered the softmax's scores (after rotary positions, K/V
+    repeated per query head) and ``scale`` the factor on ``q . k`` (temperature folded in)."""
     for rec in _RECORDERS.get():
-        rec.add(module, weights)
+        rec.add(module, weights, vectors)
 
 
 def push(recorder) -> object:

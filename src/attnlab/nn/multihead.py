@@ -347,7 +347,10 @@ class MultiheadAttention(nn.Module):
                         enable_gqa=h_kv != h, backend="auto" if recording else self.backend,
                         return_weights=want)
         if recording:
-            _recording.report(self, res.weights)
+            g = h // h_kv                                 # K/V shown per query head
+            vectors = (q.detach(), k.detach().repeat_interleave(g, 1),
+                       v.detach().repeat_interleave(g, 1), 1.0 / (d ** 0.5 * self.temperature))
+            _recording.report(self, res.weights, vectors)
         out = res.out if want else res                                    # (B, H, N_q, D_h)
         out = out.transpose(1, 2).reshape(bsz, n_q, self.embed_dim)      # (B, N_q, E)
         out = self.out_proj(out)

@@ -246,7 +246,7 @@ class _Collect:
     def __init__(self):
         self.calls: list[tuple[nn.Module, torch.Tensor]] = []
 
-    def add(self, module: nn.Module, weights: torch.Tensor) -> None:
+    def add(self, module: nn.Module, weights: torch.Tensor, vectors=None) -> None:
         self.calls.append((module, weights))
 
 
