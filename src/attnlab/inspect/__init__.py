@@ -1,5 +1,11 @@
-"""Capture, measure and show the attention of real models."""
+"""Capture, measure and show the attention of real models.
+
+* :func:`show`: one call from a model (or maps you have) to the interactive report, which
+  renders inline in a notebook and saves as a standalone file;
+* :func:`record`: the maps (and the vectors behind them) of every attention call of a model.
+"""
 
 from attnlab.inspect.capture import Recording, record
+from attnlab.inspect.show import from_attentions, show
 
-__all__ = ["Recording", "record"]
+__all__ = ["Recording", "from_attentions", "record", "show"]

@@ -19,7 +19,6 @@ import calendar
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from attnlab.inspect.ablation import head_importance
 from attnlab.inspect.attribution import flow_from, rollout
@@ -176,54 +175,64 @@ def _known_alignment(source: list[str], written: str) -> list[int | None] | None
     return None
 
 
-def inspect_hf(path: Path, text: str) -> Inspection:
-    """A local Hugging Face decoder (causal LM) or encoder-decoder folder on ``text``."""
+def inspect_hf(path: Path, text: str, *, truncate: bool = False) -> Inspection:
+    """A local Hugging Face folder on ``text``, whatever its architecture: loaded with
+    transformers' Auto classes (a causal LM, an encoder-decoder, or an encoder) and the
+    folder's own tokenizer. A folder that lacks something gets one message naming it."""
     import transformers
 
+    from attnlab.inspect.show import inspect_transformers
+
+    path = Path(path)
+    for need, what in (("config.json", "its config"),):
+        if not (path / need).is_file():
+            raise ValueError(f"model {str(path)!r} has no {need} ({what}); a Hugging Face "
+                             "folder holds config.json, the weights and the tokenizer files")
+    weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin")]
+    if not weights:
+        raise ValueError(f"model {str(path)!r} has no weights (model.safetensors or "
+                         "pytorch_model.bin); copy the checkpoint again")
     try:
         config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
-        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"--model {path}: transformers cannot load a config and tokenizer "
-                         f"from it ({str(exc).splitlines()[0]})") from None
-    cls = (transformers.AutoModelForSeq2SeqLM if config.is_encoder_decoder
-           else transformers.AutoModelForCausalLM)
+        raise ValueError(f"model {str(path)!r}: transformers cannot read its config.json "
+                         f"({str(exc).splitlines()[0][:200]})") from None
     try:
-        model = cls.from_pretrained(str(path), local_files_only=True).eval()
-    except Exception as exc:         # transformers and safetensors raise many error types
-        raise ValueError(f"--model {path}: transformers cannot load the weights "
-                         f"({str(exc).splitlines()[0][:200]}); copy the checkpoint again") from None
-    batch = tok([text], return_tensors="pt")
-    batch = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
-    ids = batch["input_ids"][0]
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
-                                                                         None)
-    if limit is not None and ids.numel() > limit:
-        raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
-                         f"of {path.name}; shorten it")
-    tokens = tok.convert_ids_to_tokens(ids.tolist())
-    if not config.is_encoder_decoder:
-        with torch.no_grad(), record(model) as rec:
-            logits = model(**batch).logits
-        maps = rec.maps(0)
-        loss = F.cross_entropy(logits[0, :-1], ids[1:]).item()
-        return _square(maps, tokens, text, [f"next-token loss on the text {loss:.3f} nats"],
-                       kind="causal", ids=ids, position=len(tokens) - 1, model=path.name)
-    with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=32, do_sample=False)
-        with record(model) as rec:
-            model(**batch, decoder_input_ids=out)
-    enc, dec, cross = (rec.maps(0, kind=k) for k in ("self", "causal", "cross"))
-    out_tokens = tok.convert_ids_to_tokens(out[0].tolist())
-    ins = _square(enc, tokens, text, [f"generated: "
-                                      f"{tok.decode(out[0], skip_special_tokens=True)!r}"],
-                  model=path.name)
-    ins.captures += [
-        TextMaps(text, None, out_tokens, None, dec.float(), kind="decoder self (causal)",
-                 labels=label_heads(head_metrics(dec, out_tokens)).labels),
-        TextMaps(text, None, out_tokens, None, cross.float(), keys=tokens, kind="cross-attention",
-                 labels=[["cross"] * cross.shape[1] for _ in range(cross.shape[0])])]
-    return ins
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        why = str(exc).splitlines()[0][:160]
+        raise ValueError(f"model {str(path)!r} has no tokenizer transformers can load "
+                         f"(tokenizer.json or the vocabulary files; {why})") from None
+    auto = transformers
+    if config.is_encoder_decoder:
+        classes = (auto.AutoModelForSeq2SeqLM, auto.AutoModel)
+    elif getattr(config, "is_decoder", False) or _causal_config(config):
+        classes = (auto.AutoModelForCausalLM, auto.AutoModel)
+    else:
+        classes = (auto.AutoModel,)
+    model, last = None, None
+    for cls in classes:
+        try:
+            model = cls.from_pretrained(str(path), local_files_only=True).eval()
+            break
+        except ValueError as exc:                # this Auto class does not map the model type
+            last = exc
+        except Exception as exc:                 # transformers and safetensors raise many types
+            raise ValueError(f"model {str(path)!r}: transformers cannot load the weights "
+                             f"({str(exc).splitlines()[0][:200]}); copy the checkpoint "
+                             "again") from None
+    if model is None:
+        raise ValueError(f"model {str(path)!r}: no transformers class loads its model_type "
+                         f"{config.model_type!r} ({str(last).splitlines()[0][:160]})")
+    return inspect_transformers(model, tok, text, truncate=truncate, name=path.name)
+
+
+def _causal_config(config) -> bool:
+    """Whether transformers maps this config's model type to a causal LM."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in (
+        "bert", "roberta", "xlm-roberta", "electra", "ernie", "camembert")
 
 
 def model_kind(model: str | Path) -> str:

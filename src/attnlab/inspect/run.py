@@ -65,6 +65,21 @@ class TextMaps:
     kind: str = "self"
     align: list[int | None] | None = None
     labels: list[list[str]] | None = None
+    # The vectors behind the maps, where the model reported them (neuron and value views):
+    # q (L, H, n, D) and k (L, H, n_k, D) float32, scale (L,): scores = q k^T * scale;
+    # vnorm (L, H, n_k): the norm of each key's value vector.
+    q: torch.Tensor | None = None
+    k: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    vnorm: torch.Tensor | None = None
+
+    def attach(self, vectors) -> TextMaps:
+        """Keep ``vectors = (q, k, v, scale)`` of :meth:`Recording.vectors` (or None)."""
+        if vectors is not None:
+            q, k, v, scale = vectors
+            self.q, self.k, self.scale = q.float(), k.float(), scale.float()
+            self.vnorm = v.float().norm(dim=-1)                     # (L, H, n_k)
+        return self
 
 
 @dataclass
@@ -94,6 +109,43 @@ class Inspection:
     target: str = "norm"
     start_layer: int = 0
     head_table: dict | None = None       # {"caption", "columns", "rows"} for the report
+    neuron_layers: list[int] | None = None   # the layers whose q, k the report embeds
+
+    def report_html(self, settings: dict[str, str] | None = None, *,
+                    standalone: bool = False) -> str:
+        """The interactive report: the fragment a notebook shows inline, or a standalone page.
+        Every report has its own root id, so several live in one notebook."""
+        from attnlab.inspect.report import render_report
+
+        return render_report(self, settings or self._settings(), standalone=standalone,
+                             neuron_layers=self.neuron_layers)
+
+    def _repr_html_(self) -> str:
+        return self.report_html()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/html": self.report_html(), "text/plain": repr(self)}
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(c.kind for c in self.captures) or "self"
+        return (f"<Inspection of {self.model}: {self.layers} layers x {self.heads} heads, "
+                f"{len(self.tokens)} tokens, {len(self.texts)} text(s); {kinds}>")
+
+    def save(self, path, settings: dict[str, str] | None = None):
+        """Write the standalone report (the file ``attnlab inspect`` writes) to ``path``."""
+        from pathlib import Path
+
+        from attnlab.inspect.report import write_report
+
+        return write_report(self, Path(path), settings or self._settings(),
+                            neuron_layers=self.neuron_layers)
+
+    def _settings(self) -> dict[str, str]:
+        return {"model": self.model, "texts": str(len(self.texts)),
+                "first text": self.texts[0][0] if self.texts else "",
+                "tokens (first text)": str(len(self.tokens)),
+                "layers x heads": f"{self.layers} x {self.heads}",
+                "captures": ", ".join(c.kind for c in self.captures)}
 
     @property
     def layers(self) -> int:
@@ -104,6 +156,40 @@ class Inspection:
     def heads(self) -> int:
         """Number of heads per layer."""
         return self.maps.shape[1]
+
+
+def trained_length(path) -> int | None:
+    """The longest sequence the checkpoint at ``path`` was trained on, where its model card
+    (README.md) states it ("The sequence length was limited to 128 tokens" for
+    all-MiniLM-L6-v2); None when it does not say."""
+    import re
+    from pathlib import Path
+
+    try:
+        card = (Path(path) / "README.md").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"sequence length was limited to (\d+) tokens", card, re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+def reading_notes(tokens: list[str], unk: str | None, trained: int | None,
+                  index: int | None = None) -> list[str]:
+    """What a reader must know about how the model read a text: words its vocabulary cannot
+    read (unknown tokens), and positions past the length it was trained at."""
+    where = "" if index is None else f"text {index + 1}: "
+    notes = []
+    n = len(tokens)
+    unknown = tokens.count(unk) if unk else 0
+    if unknown:
+        notes.append(f"{where}{unknown} of {n} tokens are {unk}: the model's vocabulary does not "
+                     "read this text (for example Chinese in an English model); its attention "
+                     "over them says little")
+    if trained is not None and n > trained:
+        notes.append(f"{where}{n} tokens, past the {trained} the model was trained at (its "
+                     f"model card): positions {trained}..{n - 1} are ones it never learned, "
+                     "and heads that follow positions (previous-token) go astray there")
+    return notes
 
 
 def _encode(tok, text: str, pair: str | None, limit: int, truncate: bool, index: int):
@@ -124,10 +210,13 @@ def _encode(tok, text: str, pair: str | None, limit: int, truncate: bool, index:
 def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
                   progress: Callable[[int], None] | None = None, *, truncate: bool = False,
                   target: str = "norm", start_layer: int = 0,
-                  position: int = 0, flow_mode: bool | None = None) -> Inspection:
+                  position: int = 0, flow_mode: bool | None = None,
+                  tokenizer=None) -> Inspection:
     """Inspect ``texts`` (pairs ``(text, pair_or_None)``) with the model at ``model``.
 
     Args:
+        model: ``"default"`` (the embedded all-MiniLM-L6-v2), a local BERT folder, or a loaded
+            :class:`~attnlab.nn.BertModel` (then ``tokenizer`` is its tokenizer).
         truncate: cut texts longer than the model's positions (512 for the embedded model)
             and say so in ``notes``; without it such a text raises :class:`TextTooLong`.
         target: what gradient relevance explains: ``"norm"`` of the pooled embedding, or for
@@ -146,9 +235,15 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
 
     if not texts:
         raise ValueError("texts is empty: give at least one text")
-    path = resolve_model_path(model)
-    bert = BertModel.from_pretrained(path)
-    tok = light_tokenizer(path)
+    if isinstance(model, BertModel):
+        if tokenizer is None:
+            raise ValueError("a loaded BertModel needs its tokenizer: pass tokenizer= (for the "
+                             "embedded model, attnlab.nn.load_default() returns both)")
+        bert, tok, path = model, tokenizer, None
+    else:
+        path = resolve_model_path(model)
+        bert = BertModel.from_pretrained(path)
+        tok = light_tokenizer(path)
     limit = bert.config.max_position_embeddings
     n_layers = bert.config.num_hidden_layers
     if not 0 <= start_layer < n_layers:
@@ -173,7 +268,11 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
         maps = rec.maps(0, attention_mask=batch["attention_mask"])   # (L, H, n, n)
         per_text.append(head_metrics(maps, tokens, seg))
         dists.append(js_distances(maps))
-        captures.append(TextMaps(text, pair, tokens, seg, maps.float()))
+        captures.append(TextMaps(text, pair, tokens, seg, maps.float()).attach(
+            rec.vectors(0, attention_mask=batch["attention_mask"])))
+        notes += reading_notes(tokens, getattr(tok, "unk_token", None),
+                               None if path is None else trained_length(path),
+                               i if len(texts) > 1 else None)
         if first is None:
             first = (batch, tokens, seg, maps)
         if progress is not None:
@@ -203,7 +302,8 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
     grads = bert_gradient_attention(bert, batch["input_ids"], batch["attention_mask"], target,
                                     batch.get("token_type_ids"), start_layer, per_layer=True)
     roll = rollout(maps, start_layer=start_layer, per_layer=True)
-    name = "all-MiniLM-L6-v2 (embedded)" if str(model) == "default" else path.name
+    name = ("all-MiniLM-L6-v2 (embedded)" if str(model) == "default" else
+            type(bert).__name__ if path is None else path.name)
     return Inspection(model=name, texts=texts, tokens=tokens, maps=maps, segments=seg,
                       metrics=metrics, per_text=per_text, dist=dist, xy=embed_2d(dist),
                       layer_summary=layer_distance_summary(dist, maps.shape[1]),

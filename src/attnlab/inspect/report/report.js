@@ -25,22 +25,42 @@ for (let i = 0; i < 256; i++) { const p = i / 255 * (VS.length - 1), a = Math.mi
 const LABEL_COLORS = D.label_colors;
 // ---- state -------------------------------------------------------------------------------
 const S = {text: 0, layer: 0, head: 0, heads: new Set([0]), words: false, shared: false,
+           cmap: D.texts[0].tokens.length > 64 ? 'sqrt' : 'linear', query: 0,
            attr: D.first.flow ? 'flow' : 'rollout', attrLayer: D.layers - 1, pair: 'all'};
 // A matrix view: values (Float32Array n*n), n, and its labels.
 // A cross-attention text carries its key tokens (the source) apart from its query tokens.
 function headMatrix(t, l, h){
   const T = D.texts[t], nr = T.tokens.length, cols = T.keys || T.tokens, nc = cols.length;
   const off = T.offset + (l * D.heads + h) * nr * nc;
-  const sc = T.scales[l * D.heads + h] / 255, m = new Float32Array(nr * nc);
+  const sc = T.scales[l * D.heads + h], m = new Float32Array(nr * nc);
   for (let i = 0; i < nr * nc; i++) m[i] = BYTES[off + i] * sc;
   return {m, n: T.keys ? null : nr, nr, nc, rows: T.tokens, cols, align: T.align};
 }
 const labelsOf = t => D.texts[t].labels || D.labels;
+// Float32 sections of the blob (value norms, q and k of the neuron view).
+const floats = (offset, count) => new Float32Array(BYTES.buffer, BYTES.byteOffset + offset, count);
+// The model view's thumbnails, max-pooled in Python (a 1024-token model is not pooled here).
+function thumbMatrix(t, l, h){
+  const T = D.texts[t], th = T.thumbs, k = l * D.heads + h, size = th.r * th.c;
+  const sc = th.scales[k], m = new Float32Array(size), off = th.offset + k * size;
+  for (let i = 0; i < size; i++) m[i] = BYTES[off + i] * sc;
+  return {m, nr: th.r, nc: th.c};
+}
+// Value-weighted attention (Kobayashi et al. 2020): alpha_ij * ||v_j||, what key j adds to the
+// output of query i, beside alpha_ij, the weight alone.
+function valueWeighted(M, t, l, h){
+  const T = D.texts[t];
+  if (T.vnorm === undefined || S.words || S.pair !== 'all') return null;
+  const nk = (T.keys || T.tokens).length, vn = floats(T.vnorm + 4 * (l * D.heads + h) * nk, nk);
+  const out = new Float32Array(M.m.length);
+  for (let i = 0; i < M.nr; i++) for (let j = 0; j < M.nc; j++) out[i * M.nc + j] = M.m[i * M.nc + j] * vn[j];
+  return {m: out, n: M.n, nr: M.nr, nc: M.nc, rows: M.rows, cols: M.cols};
+}
 function attrMatrix(kind, l){
   const A = D.first[kind];
   if (!A) return null;
   const n = D.texts[0].tokens.length, k = A.per_layer ? l : 0, off = A.offset + k * n * n;
-  const sc = A.scales[k] / 255, m = new Float32Array(n * n);
+  const sc = A.scales[k], m = new Float32Array(n * n);
   for (let i = 0; i < n * n; i++) m[i] = BYTES[off + i] * sc;
   return {m, n, rows: D.texts[0].tokens, cols: D.texts[0].tokens};
 }
@@ -80,10 +100,17 @@ function view(M, T){
 }
 // ---- heatmap on a canvas, value under the cursor, colour bar -------------------------------
 function maxOf(m){ let x = 0; for (const v of m) if (v > x) x = v; return x || 1; }
-function drawHeat(canvas, V, vmax){
+// Colour of a value as a fraction of the scale's maximum: linear, square root or log (a long
+// map on a linear scale is a dark square: most weights are far below the largest).
+function shade(x){
+  if (S.cmap === 'sqrt') return Math.sqrt(Math.max(0, x));
+  if (S.cmap === 'log') return x <= 1e-4 ? 0 : 1 + Math.log10(Math.min(1, x)) / 4;
+  return x;
+}
+function drawHeat(canvas, V, vmax, linear){
   canvas.width = V.nc; canvas.height = V.nr;
   const ctx = canvas.getContext('2d'), img = ctx.createImageData(V.nc, V.nr);
-  for (let i = 0; i < V.m.length; i++) { const c = Math.max(0, Math.min(255, Math.round(V.m[i] / vmax * 255)));
+  for (let i = 0; i < V.m.length; i++) { const x = V.m[i] / vmax, c = Math.max(0, Math.min(255, Math.round((linear ? x : shade(x)) * 255)));
     img.data[4 * i] = LUT[3 * c]; img.data[4 * i + 1] = LUT[3 * c + 1]; img.data[4 * i + 2] = LUT[3 * c + 2]; img.data[4 * i + 3] = 255; }
   ctx.putImageData(img, 0, 0);
 }
@@ -94,7 +121,7 @@ function colorbar(el, vmax, label){
   ctx.putImageData(img, 0, 0);
   el.querySelector('.lo').textContent = '0';
   el.querySelector('.hi').textContent = vmax.toPrecision(3);
-  el.querySelector('.what').textContent = label;
+  el.querySelector('.what').textContent = label + (S.cmap === 'linear' ? '' : ' (' + S.cmap + ' scale)');
 }
 // The alignment a model is known to follow, as white outlines on a heatmap drawn at 16 px a
 // cell (only small cross-attention maps carry one).
@@ -102,7 +129,7 @@ function drawAligned(canvas, V, vmax){
   const k = 16; canvas.width = V.nc * k; canvas.height = V.nr * k;
   const ctx = canvas.getContext('2d');
   for (let i = 0; i < V.nr; i++) for (let j = 0; j < V.nc; j++) {
-    const c = Math.max(0, Math.min(255, Math.round(V.m[i * V.nc + j] / vmax * 255)));
+    const c = Math.max(0, Math.min(255, Math.round(shade(V.m[i * V.nc + j] / vmax) * 255)));
     ctx.fillStyle = 'rgb(' + LUT[3 * c] + ',' + LUT[3 * c + 1] + ',' + LUT[3 * c + 2] + ')'; ctx.fillRect(j * k, i * k, k, k); }
   ctx.strokeStyle = '#fff'; ctx.lineWidth = 2;
   V.align.forEach((j, i) => { if (j !== null && j !== undefined) ctx.strokeRect(j * k + 2, i * k + 2, k - 4, k - 4); });
@@ -131,16 +158,12 @@ function heatPanel(prefix, V, label){
     if (i < 0 || j < 0 || i >= V.nr || j >= V.nc) return;
     $(prefix + '-value').textContent = V.rows[i] + ' (' + i + ') \u2192 ' + V.cols[j] + ' (' + j + '): ' + V.m[i * V.nc + j].toFixed(4); };
 }
-// Thumbnails: max-pooled to at most 96 x 96 (a 512-token map would be 262k pixels each) and
-// on a square-root scale of the map's own maximum, so a spread-out head is not drawn black.
+// Thumbnails on a square-root scale of the map's own maximum, so a spread-out head is not
+// drawn black.
 function drawThumb(canvas, V){
-  const k = Math.max(1, Math.ceil(Math.max(V.nr, V.nc) / 96)), r = Math.ceil(V.nr / k), c = Math.ceil(V.nc / k);
-  const pooled = new Float32Array(r * c);
-  for (let i = 0; i < V.nr; i++) for (let j = 0; j < V.nc; j++) {
-    const p = Math.floor(i / k) * c + Math.floor(j / k), x = V.m[i * V.nc + j]; if (x > pooled[p]) pooled[p] = x; }
-  const vmax = maxOf(pooled);
-  for (let i = 0; i < pooled.length; i++) pooled[i] = Math.sqrt(pooled[i] / vmax);
-  drawHeat(canvas, {m: pooled, nr: r, nc: c}, 1);
+  const vmax = maxOf(V.m), m = new Float32Array(V.m.length);
+  for (let i = 0; i < m.length; i++) m[i] = Math.sqrt(V.m[i] / vmax);
+  drawHeat(canvas, {m, nr: V.nr, nc: V.nc}, 1, true);
 }
 // ---- model view: every layer x head, labelled by its class ---------------------------------
 function modelView(){
@@ -154,7 +177,8 @@ function modelView(){
       const b = document.createElement('button'); b.className = 'head'; b.dataset.layer = l; b.dataset.head = h;
       const cls = labelsOf(S.text)[l][h]; b.title = 'layer ' + l + ', head ' + h + ': ' + cls;
       b.style.borderColor = LABEL_COLORS[cls];
-      const c = document.createElement('canvas'); drawThumb(c, view(headMatrix(S.text, l, h), D.texts[S.text]));
+      const c = document.createElement('canvas');
+      drawThumb(c, S.words || S.pair !== 'all' ? view(headMatrix(S.text, l, h), D.texts[S.text]) : thumbMatrix(S.text, l, h));
       b.appendChild(c);
       b.addEventListener('click', () => { S.layer = l; S.head = h; S.heads = new Set([h]); refresh(); });
       grid.appendChild(b);
@@ -190,7 +214,8 @@ function headView(){
   const T = D.texts[S.text];
   const mats = [...S.heads].sort((a, b) => a - b).map(h => [h, view(headMatrix(S.text, S.layer, h), T)]);
   const V0 = mats.length ? mats[0][1] : view(headMatrix(S.text, S.layer, 0), T);
-  const nr = V0.nr, nc = V0.nc, row = Math.max(nr, nc) > 150 ? 3 : Math.max(nr, nc) > 60 ? 8 : 18;
+  // A readable row at any length; past the viewport the head view scrolls (bertviz's way).
+  const nr = V0.nr, nc = V0.nc, row = Math.max(nr, nc) > 60 ? 14 : 18;
   const H = Math.max(nr, nc) * row + 10;
   HV = {mats, nr, nc, row, H};
   const c = $('hv-canvas'); c.height = H; c.style.height = H + 'px';
@@ -218,12 +243,64 @@ function headDetail(){
   root.querySelectorAll('button.head').forEach(b => b.classList.toggle('sel', +b.dataset.layer === l && +b.dataset.head === h));
   $('detail-title').textContent = 'Layer ' + l + ', head ' + h + ' \u2014 ' + labelsOf(S.text)[l][h] +
     (D.texts[S.text].align ? ' (white outlines: the source token each output token is known to read)' : '');
-  heatPanel('map', view(headMatrix(S.text, l, h), D.texts[S.text]), 'attention weight');
+  const M = view(headMatrix(S.text, l, h), D.texts[S.text]);
+  heatPanel('map', M, 'attention weight');
+  const VW = valueWeighted(M, S.text, l, h);
+  $('vw-panel').hidden = !VW;
+  if (VW) heatPanel('vw', VW, 'weight \u00d7 value norm');
+  neuronView();
   const tb = $('detail-metrics'); tb.replaceChildren();
   if (D.texts[S.text].labels) return;   // the metrics are those of the main capture only
   for (const k of Object.keys(D.metrics)) { const tr = document.createElement('tr'); const a = document.createElement('th');
     a.textContent = D.metric_titles[k] || k; const b = document.createElement('td'); b.textContent = D.metrics[k][l][h].toFixed(3);
     tr.append(a, b); tb.appendChild(tr); }
+}
+// ---- neuron view: q of the selected query, every key's k, q o k, the score ------------------
+// The score is recomputed here from the embedded float32 vectors: q . k * scale, the model's
+// own input to the softmax before masks and biases.
+function neuronView(){
+  const T = D.texts[S.text], N = T.neuron, box = $('neuron-body');
+  box.replaceChildren();
+  const say = text => { const p = document.createElement('p'); p.textContent = text; box.appendChild(p); };
+  if (!N) { say('The model did not report its query and key vectors for this text.'); return; }
+  const lay = N.layers[S.layer];
+  if (!lay) { say('Layer ' + S.layer + "'s q and k are not embedded in this report (size); " +
+    'embed them with show(..., neuron_layers=[' + S.layer + ']).'); return; }
+  const n = T.tokens.length, keys = T.keys || T.tokens, nk = keys.length, d = N.d, h = S.head;
+  const qi = Math.min(S.query, n - 1);
+  const qs = floats(lay.q + 4 * (h * n + qi) * d, d), ks = floats(lay.k + 4 * h * nk * d, nk * d);
+  const scale = N.scale[S.layer], scores = new Float64Array(nk);
+  for (let j = 0; j < nk; j++) { let s = 0; for (let x = 0; x < d; x++) s += qs[x] * ks[j * d + x]; scores[j] = s * scale; }
+  const W = headMatrix(S.text, S.layer, h);
+  const sel = $('neuron-query');
+  if (sel.options.length !== n) { sel.replaceChildren(); T.tokens.forEach((t, i) => {
+    const o = document.createElement('option'); o.value = i; o.textContent = i + ': ' + t; sel.appendChild(o); }); }
+  sel.value = qi;
+  let vmax = 1e-12;
+  for (let x = 0; x < d; x++) vmax = Math.max(vmax, Math.abs(qs[x]));
+  for (let i = 0; i < nk * d; i++) vmax = Math.max(vmax, Math.abs(ks[i]));
+  const table = document.createElement('table'); table.className = 'neuron';
+  const strip = vals => { const c = document.createElement('canvas'); c.width = d; c.height = 1; c.className = 'strip';
+    const ctx = c.getContext('2d'), img = ctx.createImageData(d, 1), top = Math.max(...Array.from(vals, Math.abs)) || 1;
+    for (let x = 0; x < d; x++) { const t = vals[x] / top; img.data.set(t >= 0 ? [255, 255 * (1 - t), 255 * (1 - t), 255] : [255 * (1 + t), 255 * (1 + t), 255, 255], 4 * x); }
+    ctx.putImageData(img, 0, 0); return c; };
+  const head = document.createElement('tr');
+  for (const t of ['key', 'k (' + d + ' dims)', 'q \u2218 k', 'q \u00b7 k \u00d7 scale', 'weight']) { const th = document.createElement('th'); th.textContent = t; head.appendChild(th); }
+  table.appendChild(head);
+  const qrow = document.createElement('tr'), qa = document.createElement('td'); qa.textContent = 'q: ' + T.tokens[qi];
+  const qb = document.createElement('td'); qb.appendChild(strip(qs)); qrow.append(qa, qb); table.appendChild(qrow);
+  for (let j = 0; j < nk; j++) {
+    const tr = document.createElement('tr'); tr.dataset.key = j;
+    const a = document.createElement('td'); a.textContent = keys[j];
+    const kv = ks.subarray(j * d, (j + 1) * d), prod = new Float32Array(d);
+    for (let x = 0; x < d; x++) prod[x] = qs[x] * kv[x];
+    const b = document.createElement('td'); b.appendChild(strip(kv));
+    const c = document.createElement('td'); c.appendChild(strip(prod));
+    const e = document.createElement('td'); e.className = 'score'; e.textContent = scores[j].toFixed(5);
+    const w = document.createElement('td'); w.textContent = W.m[qi * W.nc + j].toFixed(4);
+    tr.append(a, b, c, e, w); table.appendChild(tr);
+  }
+  box.appendChild(table);
 }
 // ---- attribution: rollout / gradient relevance per layer, flow -----------------------------
 function attribution(){
@@ -236,11 +313,20 @@ function attribution(){
   if (D.first.flow_from) {
     const {values, position} = D.first.flow_from, toks = D.texts[0].tokens, vmax = Math.max(...values) || 1;
     const h = document.createElement('p'); h.textContent = 'Attention flow into position ' + position + ' (' + toks[position] + ') from every input token:'; f.appendChild(h);
-    const c = document.createElement('canvas'); c.width = Math.min(1200, Math.max(300, 3 * values.length)); c.height = 80; c.dataset.el = 'flow-bars';
-    const ctx = c.getContext('2d'), w = c.width / values.length;
-    values.forEach((v, i) => { ctx.fillStyle = '#2f6db3'; ctx.fillRect(i * w, 80 - 78 * v / vmax, Math.max(1, w - 1), 78 * v / vmax); });
-    c.onmousemove = e => { const r = c.getBoundingClientRect(), i = Math.floor((e.clientX - r.left) / r.width * values.length);
-      if (i >= 0 && i < values.length) $('flow-value').textContent = toks[i] + ' (' + i + '): ' + values[i].toFixed(4); };
+    // Bars with a value axis on the left and token labels under them (every k-th past 60).
+    const n = values.length, left = 46, bottom = n <= 60 ? 70 : 30, H = 110 + bottom;
+    const c = document.createElement('canvas'); c.width = Math.min(1200, Math.max(360, left + 14 * Math.min(n, 80))); c.height = H; c.dataset.el = 'flow-bars';
+    const ctx = c.getContext('2d'), w = (c.width - left - 8) / n, base = H - bottom;
+    ctx.font = '10px sans-serif'; ctx.fillStyle = '#444'; ctx.strokeStyle = '#999';
+    ctx.beginPath(); ctx.moveTo(left - 2, 8); ctx.lineTo(left - 2, base); ctx.lineTo(c.width - 4, base); ctx.stroke();
+    for (const f of [0, 0.5, 1]) { const y = base - (base - 10) * f; ctx.fillText((vmax * f).toPrecision(2), 2, y + 3); ctx.beginPath(); ctx.moveTo(left - 5, y); ctx.lineTo(left - 2, y); ctx.stroke(); }
+    values.forEach((v, i) => { ctx.fillStyle = '#2f6db3'; const hgt = (base - 10) * v / vmax; ctx.fillRect(left + i * w, base - hgt, Math.max(1, w - 1), hgt); });
+    const every = n <= 60 ? 1 : Math.ceil(n / 30);
+    ctx.fillStyle = '#333';
+    for (let i = 0; i < n; i += every) { ctx.save(); ctx.translate(left + (i + 0.5) * w, base + 4); ctx.rotate(Math.PI / 2);
+      ctx.fillText(n <= 60 ? toks[i].slice(0, 10) : String(i), 0, 3); ctx.restore(); }
+    c.onmousemove = e => { const r = c.getBoundingClientRect(), x = (e.clientX - r.left) / r.width * c.width, i = Math.floor((x - left) / w);
+      if (i >= 0 && i < n) $('flow-value').textContent = toks[i] + ' (' + i + '): ' + values[i].toFixed(4); };
     f.appendChild(c);
   }
 }
@@ -250,10 +336,19 @@ function headMap(){
   const xs = xy.map(p => p[0]), ys = xy.map(p => p[1]);
   const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
   ctx.clearRect(0, 0, c.width, c.height); ctx.font = '10px sans-serif';
+  // A label is drawn only where it overlaps no label drawn before it; every point names its
+  // head under the cursor.
+  const boxes = [], pts = [];
   xy.forEach(([x, y], i) => { const l = Math.floor(i / D.heads), h = i % D.heads;
     const px = 20 + (x - x0) / ((x1 - x0) || 1) * (c.width - 60), py = 20 + (y - y0) / ((y1 - y0) || 1) * (c.height - 40);
+    pts.push([px, py, l + '.' + h]);
     ctx.fillStyle = LABEL_COLORS[D.labels[l][h]]; ctx.beginPath(); ctx.arc(px, py, 5, 0, 7); ctx.fill();
-    ctx.fillStyle = '#444'; ctx.fillText(l + '.' + h, px + 6, py + 3); });
+    const text = l + '.' + h, w = ctx.measureText(text).width, b = [px + 6, py - 6, px + 8 + w, py + 5];
+    if (!boxes.some(o => b[0] < o[2] && o[0] < b[2] && b[1] < o[3] && o[1] < b[3])) {
+      boxes.push(b); ctx.fillStyle = '#444'; ctx.fillText(text, px + 6, py + 3); } });
+  c.onmousemove = e => { const r = c.getBoundingClientRect(), x = (e.clientX - r.left) / r.width * c.width, y = (e.clientY - r.top) / r.height * c.height;
+    let best = null, dmin = 64; for (const [px, py, t] of pts) { const dd = (px - x) ** 2 + (py - y) ** 2; if (dd < dmin) { dmin = dd; best = t; } }
+    c.title = best ? 'layer.head ' + best : ''; };
   const lg = $('legend'); lg.replaceChildren();
   for (const [k, col] of Object.entries(LABEL_COLORS)) { const s = document.createElement('span'); s.className = 'tag'; s.style.background = col; s.textContent = k; lg.appendChild(s); }
 }
@@ -280,6 +375,10 @@ for (let l = 0; l < D.layers; l++) { const o = document.createElement('option');
 ls.addEventListener('change', () => { S.layer = +ls.value; headView(); headDetail(); });
 $('words').addEventListener('change', e => { S.words = e.target.checked; refresh(); });
 $('shared').addEventListener('change', e => { S.shared = e.target.checked; headDetail(); });
+$('cmap').value = S.cmap;
+$('cmap').addEventListener('change', e => { S.cmap = e.target.value; headDetail(); attribution(); });
+$('neuron-query').addEventListener('change', e => { S.query = +e.target.value; neuronView(); });
+$('hv-q').addEventListener('click', e => { const t = e.target.closest('.tok'); if (t) { S.query = +t.dataset.index; neuronView(); } });
 $('pair').addEventListener('change', e => { S.pair = e.target.value; refresh(); });
 $('pair-control').hidden = !D.texts[0].segments;
 const ak = $('attr-kind');

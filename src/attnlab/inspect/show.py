@@ -1,0 +1,289 @@
+"""One call from Python to the interactive report: ``show(model, tokenizer, text)``.
+
+    from attnlab.inspect import show
+
+    show("default", text="The cat sat on the mat.")           # the embedded all-MiniLM-L6-v2
+    show(model, tokenizer, "The cat sat on the mat.")          # any transformers model
+    show(attentions=out.attentions, tokens=tokens)             # maps you already have (bertviz)
+    report = show(model, tokenizer, text); report.save("report.html")
+
+The result is an :class:`~attnlab.inspect.run.Inspection`; the last expression of a Jupyter
+cell renders it inline (JupyterLab, Notebook 7, VS Code, Colab), with no network and no
+widgets, and ``.save(path)`` writes the same standalone file as ``attnlab inspect``.
+
+What it takes:
+
+* ``"default"``, ``"induction"``, ``"dates"`` or a local folder, as ``attnlab inspect
+  --model``: the embedded models, a BERT folder, any Hugging Face folder (loaded with
+  transformers' Auto classes and the folder's tokenizer);
+* a loaded model: attnlab's :class:`~attnlab.nn.BertModel` with its tokenizer, any
+  transformers model with its tokenizer (an encoder; a decoder, whose maps are causal; an
+  encoder-decoder: the encoder's self-attention, the decoder's causal self-attention over what
+  it generates and the cross-attention, three views of one report), or any ``torch.nn``
+  module built on ``nn.MultiheadAttention`` (with ``inputs=`` and ``tokens=``);
+* precomputed maps: ``attentions`` (a tuple of per-layer ``(B, H, N, N)``, as
+  ``output_attentions=True`` returns them, or one ``(L, H, N, N)`` tensor) with ``tokens``,
+  as bertviz's ``head_view(attention, tokens)``; for an encoder-decoder
+  ``encoder_attentions``, ``decoder_attentions`` and ``cross_attentions`` with
+  ``encoder_tokens`` and ``decoder_tokens``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from attnlab.inspect.capture import record
+from attnlab.inspect.metrics import head_metrics
+from attnlab.inspect.run import Inspection, TextMaps, reading_notes
+from attnlab.inspect.taxonomy import label_heads
+
+DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps."
+
+
+def show(model=None, tokenizer=None, text: str | None = None, pair: str | None = None, *,
+         attentions=None, tokens=None, encoder_attentions=None, decoder_attentions=None,
+         cross_attentions=None, encoder_tokens=None, decoder_tokens=None, inputs=None,
+         truncate: bool = False, max_new_tokens: int = 20, neuron_layers=None,
+         name: str | None = None) -> Inspection:
+    """Inspect a model (or maps you have) and return the report as an
+    :class:`~attnlab.inspect.run.Inspection` that renders itself in a notebook.
+
+    Args:
+        model: a name or folder (``"default"``, ``"induction"``, ``"dates"``, a path), a
+            loaded attnlab ``BertModel``, transformers model or ``torch.nn`` module; None
+            with ``attentions`` (or the encoder-decoder's three).
+        tokenizer: the model's tokenizer (loaded models; a transformers tokenizer or
+            attnlab's).
+        text: the text to run (default: a short sentence); pair: a second sentence (BERT).
+        attentions, tokens: precomputed maps and their tokens (see the module docstring).
+        inputs: the positional inputs (a tuple) or keyword inputs (a dict) of a plain
+            ``torch.nn`` module; ``tokens`` then label its positions.
+        truncate: cut a text longer than the model's positions instead of refusing it.
+        max_new_tokens: what an encoder-decoder generates to show its decoder.
+        neuron_layers: the layers whose query and key vectors the neuron view embeds
+            (default: as many as keep the report small).
+        name: the model's name in the report.
+
+    Returns:
+        An :class:`~attnlab.inspect.run.Inspection`; ``display`` it, or ``.save(path)``.
+    """
+    if model is None:
+        if attentions is None and encoder_attentions is None:
+            raise TypeError("show() needs a model (a name, a folder or a loaded model) or "
+                            "precomputed attentions= with tokens=")
+        ins = from_attentions(attentions, tokens, encoder_attentions=encoder_attentions,
+                              decoder_attentions=decoder_attentions,
+                              cross_attentions=cross_attentions, encoder_tokens=encoder_tokens,
+                              decoder_tokens=decoder_tokens, name=name or "maps")
+    elif isinstance(model, (str, Path)):
+        ins = _from_name(model, text, pair, truncate)
+    elif not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a name, a folder or a torch.nn.Module, got "
+                        f"{type(model).__name__}")
+    else:
+        from attnlab.integrations.transformers import is_transformers_model
+        from attnlab.nn.bert import BertModel
+
+        was = model.training
+        model.eval()
+        try:
+            if isinstance(model, BertModel):
+                from attnlab.inspect.run import inspect_texts
+
+                ins = inspect_texts([(text or DEFAULT_TEXT, pair)], model, truncate=truncate,
+                                    tokenizer=tokenizer)
+            elif is_transformers_model(model):
+                if tokenizer is None:
+                    raise ValueError("a transformers model needs its tokenizer: show(model, "
+                                     "tokenizer, text)")
+                ins = inspect_transformers(model, tokenizer, text or DEFAULT_TEXT, pair,
+                                           truncate=truncate, max_new_tokens=max_new_tokens,
+                                           name=name)
+            else:
+                ins = _from_module(model, inputs, tokens, name)
+        finally:
+            model.train(was)
+    if name:
+        ins.model = name
+    ins.neuron_layers = neuron_layers
+    return ins
+
+
+def _from_name(model, text, pair, truncate) -> Inspection:
+    from attnlab.inspect import generative as G
+    from attnlab.inspect.run import inspect_texts
+
+    kind = G.model_kind(model)
+    if kind == "induction":
+        return G.inspect_induction(text)
+    if kind == "dates":
+        return G.inspect_dates(text)
+    if kind == "hf":
+        return G.inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate)
+    return inspect_texts([(text or DEFAULT_TEXT, pair)], str(model), truncate=truncate)
+
+
+def _maps_of(attn, what: str) -> torch.Tensor:
+    """``(L, H, N_q, N_k)`` float64 of the first sequence of precomputed maps."""
+    if isinstance(attn, (tuple, list)):
+        if not attn or not all(isinstance(a, torch.Tensor) for a in attn):
+            raise TypeError(f"{what} must be a tuple of per-layer tensors (B, H, N, N), as "
+                            "output_attentions=True returns them, or one (L, H, N, N) tensor")
+        attn = torch.stack([a[0] if a.dim() == 4 else a for a in attn])
+    if not isinstance(attn, torch.Tensor) or attn.dim() not in (4, 5):
+        raise TypeError(f"{what} must be per-layer maps (B, H, N, N) or (L, H, N, N), got "
+                        f"{type(attn).__name__}")
+    if attn.dim() == 5:
+        attn = attn[:, 0]
+    return attn.detach().double().cpu()
+
+
+def from_attentions(attentions=None, tokens=None, *, encoder_attentions=None,
+                    decoder_attentions=None, cross_attentions=None, encoder_tokens=None,
+                    decoder_tokens=None, name: str = "maps") -> Inspection:
+    """An Inspection of maps computed elsewhere (bertviz's inputs): ``attentions`` with
+    ``tokens``, or an encoder-decoder's three kinds with their tokens."""
+    from attnlab.inspect.generative import _square
+
+    def check(maps, toks, what, n_q=None):
+        if toks is None or len(toks) != maps.shape[-1] or (n_q or maps.shape[-2]) != \
+                maps.shape[-2]:
+            raise ValueError(f"{what}: the maps are {tuple(maps.shape[-2:])} but "
+                             f"{0 if toks is None else len(toks)} tokens were given; give one "
+                             "token per position")
+
+    if attentions is not None:
+        maps = _maps_of(attentions, "attentions")
+        check(maps, tokens, "tokens")
+        causal = bool(torch.triu(maps, diagonal=1).abs().max() == 0) and maps.shape[-1] > 1
+        return _square(maps, list(tokens), " ".join(tokens), [], model=name,
+                       kind="causal" if causal else "self")
+    if encoder_attentions is None or encoder_tokens is None:
+        raise TypeError("give attentions= with tokens=, or encoder_attentions= with "
+                        "encoder_tokens= (and optionally decoder_attentions= / "
+                        "cross_attentions= with decoder_tokens=)")
+    enc = _maps_of(encoder_attentions, "encoder_attentions")
+    check(enc, encoder_tokens, "encoder_tokens")
+    ins = _square(enc, list(encoder_tokens), " ".join(encoder_tokens), [], model=name)
+    if decoder_attentions is not None:
+        dec = _maps_of(decoder_attentions, "decoder_attentions")
+        check(dec, decoder_tokens, "decoder_tokens")
+        ins.captures.append(TextMaps(ins.texts[0][0], None, list(decoder_tokens), None,
+                                     dec.float(), kind="decoder self (causal)",
+                                     labels=label_heads(head_metrics(dec,
+                                                                     decoder_tokens)).labels))
+    if cross_attentions is not None:
+        cross = _maps_of(cross_attentions, "cross_attentions")
+        check(cross, encoder_tokens, "encoder_tokens (the keys of cross-attention)",
+              len(decoder_tokens or []))
+        ins.captures.append(TextMaps(ins.texts[0][0], None, list(decoder_tokens), None,
+                                     cross.float(), keys=list(encoder_tokens),
+                                     kind="cross-attention",
+                                     labels=[["cross"] * cross.shape[1]] * cross.shape[0]))
+    return ins
+
+
+def _from_module(model: nn.Module, inputs, tokens, name) -> Inspection:
+    """A plain torch module (nn.MultiheadAttention inside): run ``inputs`` under the
+    recorder; maps of the first sequence."""
+    from attnlab.inspect.generative import _square
+
+    if inputs is None or tokens is None:
+        raise ValueError(f"{type(model).__name__} is neither an attnlab BertModel nor a "
+                         "transformers model: pass inputs= (its positional inputs as a tuple, "
+                         "or keyword inputs as a dict) and tokens= (a label per position)")
+    with torch.no_grad(), record(model) as rec:
+        model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+    kinds = sorted(set(rec.kinds))
+    kind = "self" if "self" in kinds else kinds[0]
+    maps = rec.maps(0, kind=kind)
+    if maps.shape[-1] != len(tokens):
+        raise ValueError(f"tokens has {len(tokens)} labels but the maps have "
+                         f"{maps.shape[-1]} positions; give one label per position")
+    ins = _square(maps, list(tokens), " ".join(map(str, tokens)), [],
+                  model=name or type(model).__name__, kind=kind)
+    ins.captures[0].attach(rec.vectors(0, kind=kind))
+    return ins
+
+
+def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
+                         truncate: bool = False, max_new_tokens: int = 20,
+                         name: str | None = None) -> Inspection:
+    """Any transformers model with its tokenizer: an encoder (its self-attention), a decoder
+    (causal maps, the next-token loss on the text), an encoder-decoder (encoder self,
+    decoder causal self-attention over what it generates, and cross-attention)."""
+    import torch.nn.functional as F
+
+    from attnlab.inspect.generative import _square
+
+    config = model.config
+    name = name or getattr(config, "_name_or_path", "") or type(model).__name__
+    name = Path(name).name or type(model).__name__
+    limit = (getattr(config, "max_position_embeddings", None)
+             or getattr(config, "n_positions", None))
+    kw = dict(truncation=True, max_length=limit) if truncate and limit else {}
+    batch = tok([text], [pair] if pair is not None else None, return_tensors="pt", **kw)
+    batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
+             if k in batch}
+    ids = batch["input_ids"][0]
+    full = tok([text], [pair] if pair is not None else None, return_tensors="pt")
+    notes = []
+    if ids.numel() < full["input_ids"].shape[1]:
+        notes.append(f"the text was cut from {full['input_ids'].shape[1]} to {ids.numel()} "
+                     "tokens (truncate)")
+    if limit is not None and ids.numel() > limit:
+        raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
+                         f"of {name}; shorten it or pass truncate=True")
+    tokens = tok.convert_ids_to_tokens(ids.tolist())
+    notes += reading_notes(tokens, getattr(tok, "unk_token", None), None)
+    if getattr(config, "is_encoder_decoder", False):
+        batch.pop("token_type_ids", None)                # generate() refuses what it ignores
+        return _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, name)
+    causal = bool(getattr(config, "is_decoder", False)) or _is_causal_lm(model)
+    with torch.no_grad(), record(model) as rec:
+        out = model(**batch)
+    kind = "causal" if causal else "self"
+    maps = rec.maps(0, kind=kind if kind in rec.kinds else None)
+    if causal and getattr(out, "logits", None) is not None and ids.numel() > 1:
+        loss = F.cross_entropy(out.logits[0, :-1].float(), ids[1:]).item()
+        notes.append(f"next-token loss on the text {loss:.3f} nats")
+    ins = _square(maps, tokens, text, notes, kind=kind, model=name,
+                  ids=ids if causal else None,
+                  position=len(tokens) - 1 if causal else 0)
+    ins.captures[0].attach(rec.vectors(0, kind=kind if kind in rec.kinds else None))
+    return ins
+
+
+def _is_causal_lm(model) -> bool:
+    import sys
+
+    auto = sys.modules.get("transformers.models.auto.modeling_auto")
+    names = getattr(auto, "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {}) if auto else {}
+    return model.config.model_type in names and type(model).__name__.endswith("ForCausalLM") \
+        or type(model).__name__.endswith("LMHeadModel")
+
+
+def _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, name):
+    from attnlab.inspect.generative import _square
+
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
+        with record(model) as rec:
+            model(**batch, decoder_input_ids=out)
+    enc, dec, cross = (rec.maps(0, kind=k) for k in ("self", "causal", "cross"))
+    out_tokens = tok.convert_ids_to_tokens(out[0].tolist())
+    generated = tok.decode(out[0], skip_special_tokens=True)
+    ins = _square(enc, tokens, text, notes + [f"generated: {generated!r}"], model=name)
+    ins.captures[0].attach(rec.vectors(0, kind="self"))
+    ins.captures += [
+        TextMaps(text, None, out_tokens, None, dec.float(), kind="decoder self (causal)",
+                 labels=label_heads(head_metrics(dec, out_tokens)).labels).attach(
+                     rec.vectors(0, kind="causal")),
+        TextMaps(text, None, out_tokens, None, cross.float(), keys=tokens,
+                 kind="cross-attention",
+                 labels=[["cross"] * cross.shape[1] for _ in range(cross.shape[0])]).attach(
+                     rec.vectors(0, kind="cross"))]
+    return ins
