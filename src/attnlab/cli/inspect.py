@@ -78,7 +78,7 @@ def inspect_cmd(
         with working(f"inspecting with {model}"):
             ins = (G.inspect_induction(text) if generative == "induction"
                    else G.inspect_dates(text) if generative == "dates"
-                   else G.inspect_hf(Path(model), text or DEFAULT_TEXT))
+                   else G.inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate))
         settings = {"model": ins.model, "text": ins.texts[0][0],
                     "tokens": len(ins.tokens),
                     "layers x heads": f"{ins.layers} x {ins.heads}",

@@ -197,6 +197,12 @@ def inspect_hf(path: Path, text: str, *, truncate: bool = False) -> Inspection:
     except (OSError, ValueError) as exc:
         raise ValueError(f"model {str(path)!r}: transformers cannot read its config.json "
                          f"({str(exc).splitlines()[0][:200]})") from None
+    # transformers builds an empty tokenizer (every word unknown) for a folder without one
+    vocab_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "tokenizer.model")
+    if not any((path / f).is_file() for f in vocab_files):
+        raise ValueError(f"model {str(path)!r} has no tokenizer files (one of "
+                         f"{', '.join(vocab_files)}); copy them from the checkpoint")
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:

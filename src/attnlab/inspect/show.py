@@ -226,8 +226,10 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
              or getattr(config, "n_positions", None))
     kw = dict(truncation=True, max_length=limit) if truncate and limit else {}
     batch = tok([text], [pair] if pair is not None else None, return_tensors="pt", **kw)
-    batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
-             if k in batch}
+    # sentence ids only for a pair: a tokenizer's zeros are an embedding of their own in models
+    # without segments (GPT-2 adds wte[0] to every position)
+    keys = ("input_ids", "attention_mask") + (("token_type_ids",) if pair is not None else ())
+    batch = {k: batch[k] for k in keys if k in batch}
     ids = batch["input_ids"][0]
     full = tok([text], [pair] if pair is not None else None, return_tensors="pt")
     notes = []
@@ -237,7 +239,7 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     if limit is not None and ids.numel() > limit:
         raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
                          f"of {name}; shorten it or pass truncate=True")
-    tokens = tok.convert_ids_to_tokens(ids.tolist())
+    tokens = _token_names(tok, ids)
     notes += reading_notes(tokens, getattr(tok, "unk_token", None), None)
     if getattr(config, "is_encoder_decoder", False):
         batch.pop("token_type_ids", None)                # generate() refuses what it ignores
@@ -257,6 +259,13 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     return ins
 
 
+def _token_names(tok, ids) -> list[str]:
+    """The tokens of ``ids``; an id the vocabulary does not name shows as ``<id N>``."""
+    ids = ids.tolist()
+    return [t if t is not None else f"<id {i}>"
+            for i, t in zip(ids, tok.convert_ids_to_tokens(ids))]
+
+
 def _is_causal_lm(model) -> bool:
     import sys
 
@@ -274,7 +283,7 @@ def _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, nam
         with record(model) as rec:
             model(**batch, decoder_input_ids=out)
     enc, dec, cross = (rec.maps(0, kind=k) for k in ("self", "causal", "cross"))
-    out_tokens = tok.convert_ids_to_tokens(out[0].tolist())
+    out_tokens = _token_names(tok, out[0])
     generated = tok.decode(out[0], skip_special_tokens=True)
     ins = _square(enc, tokens, text, notes + [f"generated: {generated!r}"], model=name)
     ins.captures[0].attach(rec.vectors(0, kind="self"))
