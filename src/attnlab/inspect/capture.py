@@ -104,8 +104,11 @@ class Recording:
         chosen = self._chosen(kind)
         rows, cols = self._positions(chosen[0][0], index, length, attention_mask,
                                      key_attention_mask)
-        return torch.stack([w[index][:, rows][:, :, cols].detach().double()
-                            for w, _ in chosen])
+        # float64 as the metrics want it; past 16M weights float32 (a 12 x 12-head model at
+        # 1024 tokens holds 151M: 1.2 GB in float64)
+        big = len(chosen) * chosen[0][0].shape[1] * len(rows) * len(cols) > 16_000_000
+        dtype = torch.float32 if big else torch.float64
+        return torch.stack([_take(w[index], rows, cols).detach().to(dtype) for w, _ in chosen])
 
     def vectors(self, index: int = 0, length: int | None = None,
                 attention_mask: torch.Tensor | None = None, *, kind: str | None = None,
@@ -119,9 +122,9 @@ class Recording:
             return None
         rows, cols = self._positions(chosen[0][0], index, length, attention_mask,
                                      key_attention_mask)
-        q = torch.stack([vec[0][index][:, rows].float() for _, vec in chosen])
-        k = torch.stack([vec[1][index][:, cols].float() for _, vec in chosen])
-        v = torch.stack([vec[2][index][:, cols].float() for _, vec in chosen])
+        q = torch.stack([_take(vec[0][index], rows, None).float() for _, vec in chosen])
+        k = torch.stack([_take(vec[1][index], cols, None).float() for _, vec in chosen])
+        v = torch.stack([_take(vec[2][index], cols, None).float() for _, vec in chosen])
         scale = torch.tensor([float(vec[3]) for _, vec in chosen])
         return q, k, v, scale
 
@@ -160,7 +163,21 @@ class Recording:
             return rows, cols
         n_q = w.shape[-2] if length is None else length
         n_k = w.shape[-1] if length is None else length
-        return torch.arange(n_q, device=device), torch.arange(n_k, device=device)
+        return range(n_q), range(n_k)
+
+
+def _take(t: torch.Tensor, rows, cols) -> torch.Tensor:
+    """``t (H, N, M)`` at ``rows`` (dim 1) and ``cols`` (dim 2, unless None): slices for
+    ranges (no copy), indexing for index tensors."""
+    if isinstance(rows, range):
+        t = t[:, rows.start:rows.stop]
+    else:
+        t = t[:, rows]
+    if cols is None:
+        return t
+    if isinstance(cols, range):
+        return t[:, :, cols.start:cols.stop]
+    return t[:, :, cols]
 
 
 def _torch_mha_vectors(mod: nn.MultiheadAttention, query, key, value):
