@@ -25,7 +25,7 @@ for (let i = 0; i < 256; i++) { const p = i / 255 * (VS.length - 1), a = Math.mi
 const LABEL_COLORS = D.label_colors;
 // ---- state -------------------------------------------------------------------------------
 const S = {text: 0, layer: 0, head: 0, heads: new Set([0]), words: false, shared: false,
-           cmap: D.texts[0].tokens.length > 64 ? 'sqrt' : 'linear', query: 0,
+           cmap: D.texts[0].tokens.length > 64 ? 'log' : 'linear', query: 0,
            attr: D.first.flow ? 'flow' : 'rollout', attrLayer: D.layers - 1, pair: 'all'};
 // A matrix view: values (Float32Array n*n), n, and its labels.
 // A cross-attention text carries its key tokens (the source) apart from its query tokens.
@@ -161,8 +161,10 @@ function heatPanel(prefix, V, label){
 // Thumbnails on a square-root scale of the map's own maximum, so a spread-out head is not
 // drawn black.
 function drawThumb(canvas, V){
-  const vmax = maxOf(V.m), m = new Float32Array(V.m.length);
-  for (let i = 0; i < m.length; i++) m[i] = Math.sqrt(V.m[i] / vmax);
+  // square root of the map's own largest weight; log (4 decades) for long maps, whose
+  // weights spread over decades
+  const vmax = maxOf(V.m), m = new Float32Array(V.m.length), long = D.texts[S.text].tokens.length > 64;
+  for (let i = 0; i < m.length; i++) { const x = V.m[i] / vmax; m[i] = long ? (x <= 1e-4 ? 0 : 1 + Math.log10(x) / 4) : Math.sqrt(x); }
   drawHeat(canvas, {m, nr: V.nr, nc: V.nc}, 1, true);
 }
 // ---- model view: every layer x head, labelled by its class ---------------------------------
@@ -194,7 +196,12 @@ function drawLines(){
   ctx.clearRect(0, 0, c.width, H);
   for (const [h, V] of mats) {
     ctx.strokeStyle = HEAD_COLORS[h % HEAD_COLORS.length];
-    const vmax = maxOf(V.m);
+    // Line strength relative to what is shown: the hovered query's row, the hovered key's
+    // column, else the whole map (a long causal map's rows are far below its first row's 1).
+    let vmax = 1e-12;
+    if (hover && hover.side === 'q') { for (let j = 0; j < nc; j++) vmax = Math.max(vmax, V.m[hover.index * nc + j]); }
+    else if (hover) { for (let i = 0; i < nr; i++) vmax = Math.max(vmax, V.m[i * nc + hover.index]); }
+    else vmax = maxOf(V.m);
     for (let i = 0; i < nr; i++) {
       if (hover && hover.side === 'q' && hover.index !== i) continue;
       for (let j = 0; j < nc; j++) {
