@@ -74,11 +74,12 @@ def inspect_cmd(
             raise UsageError(f"--target, --start-layer, --position and --flow apply to the "
                              f"encoder models; --model {model} takes none of them")
         from attnlab.inspect import generative as G
+        from attnlab.inspect.show import inspect_hf
 
         with working(f"inspecting with {model}"):
             ins = (G.inspect_induction(text) if generative == "induction"
                    else G.inspect_dates(text) if generative == "dates"
-                   else G.inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate))
+                   else inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate))
         settings = {"model": ins.model, "text": ins.texts[0][0],
                     "tokens": len(ins.tokens),
                     "layers x heads": f"{ins.layers} x {ins.heads}",

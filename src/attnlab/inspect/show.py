@@ -122,7 +122,7 @@ def _from_name(model, text, pair, truncate) -> Inspection:
     if kind == "dates":
         return G.inspect_dates(text)
     if kind == "hf":
-        return G.inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate)
+        return inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate)
     return inspect_texts([(text or DEFAULT_TEXT, pair)], str(model), truncate=truncate)
 
 
@@ -296,3 +296,67 @@ def _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, nam
                  labels=[["cross"] * cross.shape[1] for _ in range(cross.shape[0])]).attach(
                      rec.vectors(0, kind="cross"))]
     return ins
+
+
+def inspect_hf(path: Path, text: str, *, truncate: bool = False) -> Inspection:
+    """A local Hugging Face folder on ``text``, whatever its architecture: loaded with
+    transformers' Auto classes (a causal LM, an encoder-decoder, or an encoder) and the
+    folder's own tokenizer. A folder that lacks something gets one message naming it."""
+    import transformers
+
+    path = Path(path)
+    for need, what in (("config.json", "its config"),):
+        if not (path / need).is_file():
+            raise ValueError(f"model {str(path)!r} has no {need} ({what}); a Hugging Face "
+                             "folder holds config.json, the weights and the tokenizer files")
+    weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin")]
+    if not weights:
+        raise ValueError(f"model {str(path)!r} has no weights (model.safetensors or "
+                         "pytorch_model.bin); copy the checkpoint again")
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"model {str(path)!r}: transformers cannot read its config.json "
+                         f"({str(exc).splitlines()[0][:200]})") from None
+    # transformers builds an empty tokenizer (every word unknown) for a folder without one
+    vocab_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "tokenizer.model")
+    if not any((path / f).is_file() for f in vocab_files):
+        raise ValueError(f"model {str(path)!r} has no tokenizer files (one of "
+                         f"{', '.join(vocab_files)}); copy them from the checkpoint")
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        why = str(exc).splitlines()[0][:160]
+        raise ValueError(f"model {str(path)!r} has no tokenizer transformers can load "
+                         f"(tokenizer.json or the vocabulary files; {why})") from None
+    auto = transformers
+    if config.is_encoder_decoder:
+        classes = (auto.AutoModelForSeq2SeqLM, auto.AutoModel)
+    elif getattr(config, "is_decoder", False) or _causal_config(config):
+        classes = (auto.AutoModelForCausalLM, auto.AutoModel)
+    else:
+        classes = (auto.AutoModel,)
+    model, last = None, None
+    for cls in classes:
+        try:
+            model = cls.from_pretrained(str(path), local_files_only=True).eval()
+            break
+        except ValueError as exc:                # this Auto class does not map the model type
+            last = exc
+        except Exception as exc:                 # transformers and safetensors raise many types
+            raise ValueError(f"model {str(path)!r}: transformers cannot load the weights "
+                             f"({str(exc).splitlines()[0][:200]}); copy the checkpoint "
+                             "again") from None
+    if model is None:
+        raise ValueError(f"model {str(path)!r}: no transformers class loads its model_type "
+                         f"{config.model_type!r} ({str(last).splitlines()[0][:160]})")
+    return inspect_transformers(model, tok, text, truncate=truncate, name=path.name)
+
+
+def _causal_config(config) -> bool:
+    """Whether transformers maps this config's model type to a causal LM."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in (
+        "bert", "roberta", "xlm-roberta", "electra", "ernie", "camembert")

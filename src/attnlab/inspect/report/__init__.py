@@ -24,14 +24,17 @@ import uuid
 from importlib import resources
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
 
 import torch
 
 from attnlab import __version__
 from attnlab._files import write_text_atomic
 from attnlab.inspect.metrics import METRIC_TITLES, HeadMetrics
-from attnlab.inspect.run import Inspection
 from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
+
+if TYPE_CHECKING:
+    from attnlab.inspect.run import Inspection
 
 
 def asset(name: str) -> str:
