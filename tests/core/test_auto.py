@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab import attention, list_backends, which_backend
+from attnlab import attention, list_backends, masks, which_backend
 
 
 def _qkv(n, n_k=None, d=64):
@@ -59,3 +59,31 @@ def test_which_backend_takes_exactly_the_keywords_of_attention():
         which_backend(q, q, q, casual=True)                    # a typo is not swallowed
     with pytest.raises(ValueError, match="temperature"):
         which_backend(q, q, q, temperature=-1.0)               # the same checks as attention()
+
+
+def test_linear_memory_selection_never_builds_an_n_by_n_tensor():
+    """select_backend(linear_memory=True) (what sharded all-to-all attention uses, each rank
+    holding the whole sequence) picks only backends that declare linear memory for the
+    request: no dense mask for SDPA, the banded path only for block-sparse."""
+    from attnlab.core.registry import get_backend, select_backend
+    from attnlab.core.spec import build_spec
+
+    n = 4096
+    q = torch.randn(1, 2, n, 64)
+    pad = torch.ones(1, 1, 1, n, dtype=torch.bool)
+    pad[..., -100:] = False
+    requests = {"causal": dict(causal=True), "padding": dict(causal=True, mask=pad),
+                "documents": dict(mask=masks.segments(torch.arange(n)[None] // 1000)),
+                "band": dict(causal=True, window=(256, 0)),
+                "dilated": dict(mask=masks.dilated(2))}
+    picked = {}
+    for name, options in requests.items():
+        spec = build_spec(q, q, q, return_lse=True, **options)
+        chosen = select_backend("auto", spec, linear_memory=True)
+        assert chosen.linear_memory(spec), name
+        picked[name] = chosen.name
+    assert picked["padding"] == picked["documents"] == picked["dilated"] == "tiled"
+    assert not get_backend("blocksparse").linear_memory(
+        build_spec(q, q, q, mask=masks.dilated(2)))
+    assert not get_backend("sdpa").linear_memory(build_spec(q, q, q, mask=pad))
+    assert get_backend("reference").linear_memory is None          # builds the scores

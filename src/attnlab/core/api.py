@@ -39,6 +39,12 @@ def dispatch_to(route):
         _DISPATCH.reset(token)
 
 
+def current_route():
+    """The route :func:`dispatch_to` installed for this context, or None (modules ask whether
+    their calls will be sharded, ``getattr(current_route(), "splits_sequence", False)``)."""
+    return _DISPATCH.get()
+
+
 @contextlib.contextmanager
 def no_dispatch():
     """Compute locally inside the block even under :func:`dispatch_to`."""

@@ -54,6 +54,9 @@ class Backend:
     check: Callable[[AttentionSpec], str | None] | None = None
     # Why it cannot run on this machine at all (a missing package, no GPU), or None.
     available: Callable[[], str | None] | None = None
+    # Whether serving spec needs memory linear in the sequence length (no N_q x N_k tensor of
+    # its own; a dense mask the caller passed is the caller's). None: not known, assumed not.
+    linear_memory: Callable[[AttentionSpec], bool] | None = None
 
     def unavailable(self) -> str | None:
         """None if this backend can run here, else why not (``attnlab backends`` shows it)."""
@@ -95,12 +98,15 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                      description: str = "", cost: Callable[[AttentionSpec], float] | None = None,
                      check: Callable[[AttentionSpec], str | None] | bool | None = None,
                      available: Callable[[], str | None] | None = None,
+                     linear_memory: Callable[[AttentionSpec], bool] | None = None,
                      overwrite: bool = False) -> Backend:
     """Add a backend under ``name``. Approximate backends (``exact=False``) run only when named.
 
     ``check`` is a function ``spec -> reason | None`` saying which requests beyond the
     capability flags the backend refuses. ``available`` says why the backend cannot run on this
-    machine at all (None: it can). To run the conformance kit before registering, use
+    machine at all (None: it can). ``linear_memory`` says for which requests it allocates
+    nothing of size N_q x N_k (``select_backend(..., linear_memory=True)`` picks among those). To
+    run the conformance kit before registering, use
     :func:`attnlab.testing.register_checked` (``check=True`` is its deprecated spelling).
 
     Example:
@@ -124,7 +130,8 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                          f"replace it")
     backend = Backend(name, fn, capabilities, description,
                       **({"cost": cost} if cost is not None else {}),
-                      check=None if isinstance(check, bool) else check, available=available)
+                      check=None if isinstance(check, bool) else check, available=available,
+                      linear_memory=linear_memory)
     _REGISTRY[name] = backend
     return backend
 
@@ -150,11 +157,15 @@ def get_backend(name: str) -> Backend:
     return _REGISTRY[name]
 
 
-def select_backend(name: str, spec: AttentionSpec) -> Backend:
+def select_backend(name: str, spec: AttentionSpec, *, linear_memory: bool = False) -> Backend:
     """The backend that will serve spec: the named one (or an error saying why it cannot), or for
-    ``auto`` the cheapest exact backend that can."""
+    ``auto`` the cheapest exact backend that can. ``linear_memory``: ``auto`` picks only among
+    backends whose memory for spec is linear in the sequence length (sharded attention, where
+    every rank holds the whole sequence of a few heads)."""
     if name == "auto":
-        able = [b for b in _REGISTRY.values() if b.capabilities.exact and b.why_not(spec) is None]
+        able = [b for b in _REGISTRY.values() if b.capabilities.exact and b.why_not(spec) is None
+                and (not linear_memory
+                     or (b.linear_memory is not None and b.linear_memory(spec)))]
         if not able:
             reasons = "; ".join(f"{b.name}: {b.why_not(spec)}" for b in _REGISTRY.values())
             raise ValueError(f"no exact backend can serve this request ({reasons})")

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnlab.core import attention
+from attnlab.core.api import current_route
 from attnlab.nn import _recording
 
 
@@ -316,6 +317,9 @@ class MultiheadAttention(nn.Module):
         if kv_cache is not None and (self.bias_k is not None or self.add_zero_attn):
             raise ValueError("kv_cache cannot be combined with add_bias_kv or add_zero_attn "
                              "(their extra key would be appended at every step)")
+        if (self.bias_k is not None or self.add_zero_attn) \
+                and getattr(current_route(), "splits_sequence", False):
+            raise ValueError(sharded_extra_key_error(self))
         q, k, v = self._project(query, key, value)                       # (B, N, E), (B, N, E_kv)
         h, h_kv, d = self.num_heads, self.num_kv_heads, self.head_dim
         if kv_cache is not None:                     # earlier tokens' keys and values first
@@ -430,3 +434,12 @@ class MultiheadAttention(nn.Module):
                 f"num_kv_heads={self.num_kv_heads}, dropout={self.dropout}, "
                 f"kdim={self.kdim}, vdim={self.vdim}, batch_first={self.batch_first}, "
                 f"backend={self.backend!r}")
+
+
+def sharded_extra_key_error(module: nn.Module, name: str = "") -> str:
+    """Why ``module`` (add_bias_kv or add_zero_attn) cannot run with its sequence sharded."""
+    which = "add_bias_kv=True" if module.bias_k is not None else "add_zero_attn=True"
+    where = f" ({name})" if name else ""
+    return (f"MultiheadAttention{where} was built with {which}: it appends one extra key to "
+            "the sequence, and with the sequence sharded every rank would append its own (P "
+            "extra keys in one softmax); build it without it, or run it unsharded")

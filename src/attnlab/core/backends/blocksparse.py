@@ -377,4 +377,5 @@ register_backend(
     description="computes only the tiles a structured mask keeps (band, dilated, global, "
                 "segments); layouts reusable as mask=",
     cost=_cost, check=_check,
+    linear_memory=_band.applies,      # a band's blocks; other layouts keep their score blocks
 )

@@ -409,7 +409,7 @@ register_backend(
                  masks=frozenset({"causal", "window", "fn"}), dtypes=_DTYPES),
     description="Triton FlashAttention-2 kernels, forward and backward (CUDA; "
                 "causal, window, per-sequence lengths)",
-    cost=_never, check=_dense_check, available=_here,
+    cost=_never, check=_dense_check, available=_here, linear_memory=lambda spec: True,
 )
 
 register_backend(
@@ -417,5 +417,5 @@ register_backend(
     Capabilities(exact=True, lse=True, softcap=True, gqa=True, backward=True,
                  masks=frozenset({"bool", "causal", "window", "fn"}), dtypes=_DTYPES),
     description="Triton kernels over a BlockLayout's tiles, forward and backward (CUDA)",
-    cost=_never, check=_sparse_check, available=_here,
+    cost=_never, check=_sparse_check, available=_here, linear_memory=lambda spec: True,
 )

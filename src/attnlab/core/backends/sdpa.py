@@ -88,4 +88,5 @@ register_backend(
     Capabilities(exact=True, weights=False, lse=False, dropout=False, gqa=True, backward=True),
     description="torch.nn.functional.scaled_dot_product_attention (fused kernels)",
     cost=_sdpa_cost,
+    linear_memory=lambda spec: not _needs_dense_mask(spec),   # else an N_q x N_k mask is built
 )

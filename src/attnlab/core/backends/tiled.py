@@ -329,8 +329,13 @@ def _lse(m: torch.Tensor, r: torch.Tensor, base2: bool) -> torch.Tensor:
 
 
 def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=None,
-                  need_bias_grad: bool = False):
+                  need_bias_grad: bool = False, into=None):
     """The tile backward of one call: ``(dq, dk, dv, d_bias, captured_grads)``.
+
+    ``into``: ``(dq, dk, dv)`` buffers shaped like q, k, v (any float dtype, e.g. float64
+    accumulators) that this call's gradients are **added** to, tile by tile; they are returned.
+    No gradient-sized temporary is made then (ring attention's backward adds every block into
+    the accumulators that travel with their shard).
 
     Shapes as in the forward (``(BH, N, D)``, k and v ``(BKV, N_k, D)``, compute dtype);
     ``(m, r)`` the row's lse in two parts, as :func:`_forward` returns them (log2 units when
@@ -349,7 +354,7 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
     q_s = tiles.q_scaled(q)
     d_out = d_out.contiguous()
     # D_i = dO_i . O_i equals sum_j P_ij dP_ij (with dropout folded in), the softmax Jacobian term.
-    delta = (d_out * out).sum(dim=-1)                                     # (BH, N_q)
+    delta = torch.einsum("bnd,bnd->bn", d_out, out)        # (BH, N_q), no (BH, N, D) product
     if d_lse is not None:
         delta = delta - d_lse
     empty = torch.isneginf(r)
@@ -364,7 +369,10 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
     else:
         shift = m + r
     shift = torch.where(empty, float("inf"), shift)                       # P = 0 on empty rows
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    if into is None:
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    else:
+        dq, dk, dv = into
     d_bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device) if need_bias_grad else None
     for i0 in range(0, spec.n_q, block_q):
         i1 = min(i0 + block_q, spec.n_q)
@@ -390,8 +398,12 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
                 ds = tiles.mod_grad.backward(mod, ds)
             if dcap is not None:
                 ds.mul_(dcap)                                             # through c tanh(s / c)
+            if into is not None:
+                ds.mul_(c)                               # the scale per tile: no scaled copy
             dq[:, i0:i1] += tiles.mm(ds, k[:, j0:j1])
             dk[:, j0:j1] += tiles.tmm(ds, q[:, i0:i1])
+    if into is not None:
+        return dq, dk, dv, d_bias, captured_grads
     return dq * c, dk * c, dv, d_bias, captured_grads
 
 
@@ -472,18 +484,22 @@ register_backend(
                  score_mod=True, backward=True),
     description="flash-style online softmax over tiles; O(N) memory; skips tiles outside a band",
     cost=_tiled_cost,
+    linear_memory=lambda spec: True,                      # one tile at a time
 )
 
 
 def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, d_out: torch.Tensor, d_lse: torch.Tensor | None,
-                   spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   spec: AttentionSpec, into=None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` of one block of keys that is part of a larger softmax.
 
     ``out`` and ``lse`` are the **whole** row's result (over every key, not only this block's),
     ``d_out`` / ``d_lse`` their cotangents; see :func:`tile_backward`. ``spec`` describes the
     block (``build_spec`` of its q, k, v and masks); q ``(..., N_q, D_k)``, k, v
-    ``(..., N_k, ·)``, out ``(..., N_q, D_v)``, lse ``(..., N_q)``.
+    ``(..., N_k, ·)``, out ``(..., N_q, D_v)``, lse ``(..., N_q)``. ``into``: ``(dq, dk, dv)``
+    shaped like q, k, v (views of larger accumulators, any float dtype) to add the gradients
+    to in place instead of returning new ones.
     """
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
@@ -499,7 +515,14 @@ def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
         d_lse.expand(*spec.batch_shape, spec.n_q).reshape(n_bh, spec.n_q).to(compute)
     m = lf * LOG2E if _base2(spec) else lf                          # one part: r = 0
     r = torch.where(torch.isneginf(lf), lf, torch.zeros_like(lf))
-    dq, dk, dv = tile_backward(qf, kf, vf, of, m, r, dof, dlf, spec, spec.float_bias())[:3]
+    flat_into = None
+    if into is not None:
+        flat_into = tuple(t.view(n, *t.shape[-2:])
+                          for t, n in zip(into, (n_bh, n_kv, n_kv)))
+    dq, dk, dv = tile_backward(qf, kf, vf, of, m, r, dof, dlf, spec, spec.float_bias(),
+                               into=flat_into)[:3]
+    if into is not None:
+        return tuple(into)
     return (dq.view(*spec.batch_shape, spec.n_q, spec.d_k),
             dk.view(*spec.kv_batch_shape, spec.n_k, spec.d_k),
             dv.view(*spec.kv_batch_shape, spec.n_k, spec.d_v))
