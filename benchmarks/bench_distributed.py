@@ -12,7 +12,7 @@ told to map every allocation over 128 KiB on its own (MALLOC_MMAP_THRESHOLD_, se
 ranks by this script) so that freed tensors leave the resident set. Bytes on the wire are read
 from the loopback interface's counters
 (/proc/net/dev) around the call, all ranks together, divided by P; the ring's volume per rank is
-(P - 1) K/V shards forward, (P - 1) K/V shards plus P float32 dK/dV shards backward.
+(P - 1) K/V shards forward, (P - 1) K/V shards plus P float64 dK/dV shards backward.
 
 On a 2-core machine the ranks share the cores, so the time does not fall with P: this shows
 memory and volume, not speed-up (docs/benchmarks.md says what would).
@@ -153,6 +153,39 @@ def compare_strategies(n: int, d: int) -> list[dict]:
     return rows
 
 
+def precision_rows(n: int = 512, logit_std: float = 9.0) -> list[dict]:
+    """Max error against float64 of out, dq, dk, dv of the simulated ring (zig-zag, causal,
+    B = 2, H = 4, H_kv = 2, D = 32, q.k/sqrt(d) of std ``logit_std``) at P = 1 ... 16, and of the
+    single-process reference in the same precision."""
+    from attnlab import attention
+    from attnlab.distributed import simulate_ring
+    g = torch.Generator().manual_seed(0)
+    spread = logit_std ** 0.5
+    q = torch.randn(2, 4, n, 32, generator=g, dtype=torch.float64) * spread
+    k = torch.randn(2, 2, n, 32, generator=g, dtype=torch.float64) * spread
+    v = torch.randn(2, 2, n, 32, generator=g, dtype=torch.float64)
+    cot = torch.randn(2, 4, n, 32, generator=g, dtype=torch.float64)
+
+    def run(dtype, world):
+        x = [t.to(dtype).detach().requires_grad_(True) for t in (q, k, v)]
+        if world is None:
+            out = attention(*x, causal=True, enable_gqa=True, backend="reference")
+        else:
+            out, _, _ = simulate_ring(*x, world, causal=True, layout="zigzag")
+        (out.double() * cot).sum().backward()
+        return [out.detach().double()] + [t.grad.double() for t in x]
+
+    gold = run(torch.float64, None)
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for world in (None, 1, 2, 4, 8, 16):
+            errs = [float((a - b).abs().max()) for a, b in zip(run(dtype, world), gold)]
+            rows.append({"dtype": str(dtype).replace("torch.", ""),
+                         "P": "reference" if world is None else world,
+                         **dict(zip(("out", "dq", "dk", "dv"), errs))})
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=65536)
@@ -163,7 +196,13 @@ def main() -> None:
     p.add_argument("--strategies", type=int, default=8192, metavar="N",
                    help="also time ring vs all-to-all at this N (0: skip)")
     p.add_argument("--figure", default=None, help="draw the layout figure to this path")
+    p.add_argument("--precision", action="store_true",
+                   help="only the error-vs-P table with large logits (one process)")
     args = p.parse_args()
+    if args.precision:
+        for row in precision_rows():
+            print(json.dumps(row))
+        return
     if args.figure:
         from attnlab.plots.distributed import save_layout
         save_layout(args.figure)
@@ -177,7 +216,9 @@ def main() -> None:
         res = spawn(rank_job, world, args=(args.n, args.heads, args.d), timeout=7200)
         shard_kv = 2 * args.heads * (args.n // world) * args.d * 4
         theory_fwd = (world - 1) * shard_kv
-        theory_bwd = (world - 1) * shard_kv + (world if world > 1 else 0) * shard_kv
+        # backward: the K/V shards again, and the float64 dK/dV accumulators (twice a
+        # float32 shard) passed on P - 1 times and sent home once
+        theory_bwd = (world - 1) * shard_kv + (world if world > 1 else 0) * 2 * shard_kv
         lo = [r["lo_bytes"] for r in res]
         row = {
             "P": world, "N": args.n,

@@ -18,8 +18,9 @@ def inputs(case: dict):
     g = torch.Generator().manual_seed(case.get("seed", 0))
     b, h, h_kv, d, d_v = 2, case.get("heads", 4), case.get("kv_heads", 2), case.get("d", 8), 5
     n_q, n_k = case["n_q"], case.get("n_k", case["n_q"])
-    q = torch.randn(b, h, n_q, d, generator=g, dtype=torch.float64)
-    k = torch.randn(b, h_kv, n_k, d, generator=g, dtype=torch.float64)
+    spread = case.get("logit_std", 1.0) ** 0.5       # q.k / sqrt(d) has std spread^2
+    q = torch.randn(b, h, n_q, d, generator=g, dtype=torch.float64) * spread
+    k = torch.randn(b, h_kv, n_k, d, generator=g, dtype=torch.float64) * spread
     v = torch.randn(b, h_kv, n_k, d_v, generator=g, dtype=torch.float64)
     lengths = torch.tensor(case.get("lengths", [n_k, n_k]))
     c_out = torch.randn(b, h, n_q, d_v, generator=g, dtype=torch.float64)
@@ -35,7 +36,15 @@ def mask_fn(case: dict):
         return masks.segments(seg)
     if case.get("mask") == "dilated":
         return masks.dilated(2)
+    if case.get("mask") == "per_head":                 # head h sees 2h + 1 keys either side
+        return per_head_band
     return None
+
+
+def per_head_band(b, h, qi, ki):
+    """A head-dependent mask (per-head bands, as ALiBi-like schemes give each head its own
+    reach): wrong whenever a rank passes its local head index instead of the global one."""
+    return (qi - ki).abs() <= 2 * h + 1
 
 
 def ranges(case: dict, n: int, world: int, key: str):
@@ -136,12 +145,33 @@ def modules_case(rank: int, world: int, layout: str, strategy: str):
 # ------------------------------------------------------------------------- faults
 
 def fault_case(rank: int, world: int, mode: str):
-    """One good ring call, then rank 1 raises / vanishes / passes a different shape."""
+    """One good ring call, then rank 1 raises / vanishes / passes a different shape / never
+    arrives / dies between forward and backward; or a refused call and then a new failure."""
     import os
+    import time
 
     torch.set_num_threads(1)
     q = torch.randn(1, 2, 8, 4)
     ring_attention(q, q, q, timeout=20)
+    if mode == "stale":              # every rank refuses a call and goes on; a later failure
+        try:                         # must be reported as itself, not as the old error
+            x = torch.randn(1, 2, 8, 6) if rank == 1 else q      # refused on every rank
+            ring_attention(x, x, x, timeout=20)
+        except ValueError:
+            pass
+        mode = "mask"
+    if mode == "never":
+        if rank == 1:
+            time.sleep(120)          # never reaches the call; spawn must end it
+        return float(ring_attention(q, q, q, timeout=3).sum())
+    if mode == "between":
+        x = q.clone().requires_grad_(True)
+        out = ring_attention(x, x, x, causal=True, timeout=20)
+        if rank == 1:
+            os._exit(9)              # dies after its forward, before the backward
+        time.sleep(1.0)              # its connections are known closed when the backward posts
+        out.sum().backward()
+        return float(x.grad.sum())
     if rank == 1 and mode == "raise":
         raise ValueError("rank 1's model code failed")
     if rank == 1 and mode == "vanish":

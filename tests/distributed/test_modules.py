@@ -46,3 +46,29 @@ def test_what_cannot_be_sharded_is_refused_by_name():
         mha(x, x, x, need_weights=False)
     with pytest.raises(ValueError, match="strategy must be one of"):
         SequenceParallel(mha, strategy="tree")
+
+
+@pytest.mark.parametrize("extra", [{"add_bias_kv": True}, {"add_zero_attn": True}])
+def test_an_extra_key_is_refused_when_wrapped_and_inside_the_block(extra):
+    """add_bias_kv / add_zero_attn append one key to the sequence; sharded, every rank would
+    append its own and the softmax would see P of them (the loss was off by 9-17%)."""
+    from attnlab.distributed import sequence_parallel
+    from attnlab.nn import EncoderLayer
+    mha = MultiheadAttention(8, 2, batch_first=True, **extra)
+    name = next(iter(extra))
+    with pytest.raises(ValueError, match=f"{name}=True.*every rank would append its own"):
+        SequenceParallel(mha)
+    layer = EncoderLayer(8, 2, 16, batch_first=True)
+    layer.self_attn = mha
+    with pytest.raises(ValueError, match=f"self_attn.*{name}=True"):
+        SequenceParallel(layer)
+    x = torch.randn(1, 4, 8)
+    with sequence_parallel(), pytest.raises(ValueError, match=f"{name}=True"):
+        mha(x, x, x, need_weights=False)
+
+
+def test_torch_multihead_attention_inside_a_wrapped_model_is_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    model.append(torch.nn.MultiheadAttention(8, 2))
+    with pytest.raises(TypeError, match=r"1 is torch.nn.MultiheadAttention.*from_torch"):
+        SequenceParallel(model)

@@ -77,18 +77,18 @@ def key_mask_from(mask: torch.Tensor, batch: int, n_k: int) -> torch.Tensor:
     return t.expand(batch, n_k).contiguous()
 
 
-def checked_locally(q, k, v, key_mask, mask, scale, softcap):
+def checked_locally(q, k, v, key_mask, mask, scale, softcap, group=None):
     """This rank's own checks, before any communication; a failure is posted for the other
-    ranks (when a process group exists) so that they end naming this rank. Returns the
-    (mask function, key mask) split of ``mask``."""
+    ranks (when a process group exists) under the key of the call they are entering, so that
+    they end naming this rank. Returns the (mask function, key mask) split of ``mask``."""
     try:
         check_local(q, k, v, key_mask, mask, scale, softcap)
         return masks_of(mask, key_mask, k)
     except (TypeError, ValueError) as error:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
-            from attnlab.distributed._comm import post_fault
-            post_fault(dist.get_rank(), error)
+            from attnlab.distributed._comm import fault_key, post_fault
+            post_fault(dist.get_rank(), error, fault_key(group))
         raise
 
 

@@ -40,8 +40,11 @@ class Options:
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype partial results are merged in: float64 for float64 inputs, else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    """The dtype partial results merge in and gradients accumulate in: float64 for float32 and
+    float64 inputs, float32 for half precision. A float32 merge over P partials rounds the lse
+    and the output once per partial, and with large logits that error grew with P (dq x3 at
+    P = 4); in float64 it does not (docs/distributed.md has the measurement)."""
+    return torch.float64 if dtype in (torch.float32, torch.float64) else torch.float32
 
 
 def band_of(causal: bool, window) -> tuple[int | None, int | None] | None:
@@ -146,28 +149,22 @@ def accumulate(acc_o, acc_l, q, q_ranges, k, v, key_mask, k_ranges, opts: Option
 
 
 def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, d_out, d_lse,
-                dq: torch.Tensor | None = None):
-    """``(dq, dk, dv)`` of one K/V shard: each block's tile backward against the merged
-    ``(out, lse)`` (:func:`attnlab.core.backends.tiled.block_backward`), which recomputes the
-    block's probabilities from the global lse, so the blocks' gradients sum to the whole's.
-    ``dq``: a buffer to add this shard's dq into (else a new one)."""
-    acc = out.dtype
-    if dq is None:
-        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
-    dk = torch.zeros(k.shape, dtype=acc, device=k.device)
-    dv = torch.zeros(v.shape, dtype=acc, device=v.device)
+                dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
+    """Add the gradients of local queries against one K/V shard to ``dq``, ``dk``, ``dv`` (in
+    place, accumulator dtype): each block's tile backward against the merged ``(out, lse)``
+    (:func:`attnlab.core.backends.tiled.block_backward`), which recomputes the block's
+    probabilities from the global lse, so the blocks' gradients sum to the whole's. Nothing
+    gradient-sized is allocated: every tile adds into the accumulators."""
     for (lq0, lq1), gq, (lk0, lk1), gk in pieces(q_ranges, k_ranges, opts):
         qp, kp, vp = _in_block_dtype(opts, q[..., lq0:lq1, :], k[..., lk0:lk1, :],
                                      v[..., lk0:lk1, :])
         km = None if key_mask is None else key_mask[:, lk0:lk1]
         spec = build_spec(qp, kp, vp, return_lse=True, **_piece_options(km, gq, gk, opts))
-        gq_, gk_, gv_ = block_backward(qp, kp, vp, out[..., lq0:lq1, :], lse[..., lq0:lq1],
-                                       d_out[..., lq0:lq1, :],
-                                       None if d_lse is None else d_lse[..., lq0:lq1], spec)
-        dq[..., lq0:lq1, :] += gq_.to(acc)
-        dk[..., lk0:lk1, :] += gk_.to(acc)
-        dv[..., lk0:lk1, :] += gv_.to(acc)
-    return dq, dk, dv
+        block_backward(qp, kp, vp, out[..., lq0:lq1, :], lse[..., lq0:lq1],
+                       d_out[..., lq0:lq1, :], None if d_lse is None else d_lse[..., lq0:lq1],
+                       spec, into=(dq[..., lq0:lq1, :], dk[..., lk0:lk1, :],
+                                   dv[..., lk0:lk1, :]))
+
 
 def block_dtype_for(dtype: torch.dtype, given: torch.dtype | None) -> torch.dtype | None:
     """The dtype blocks are computed in: the given one (checked), or float32 for half inputs."""

@@ -18,6 +18,8 @@ import torch.multiprocessing as mp
 
 from attnlab.distributed._comm import DEFAULT_TIMEOUT, RankFailure, post_fault
 
+FAILURE_GRACE = 3.0     # seconds the other ranks get to report after one has failed
+
 
 class SpawnError(RuntimeError):
     """A spawned process failed or ran past its deadline; the message names the rank and why."""
@@ -68,7 +70,8 @@ def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
     ``threads``: torch threads per process (default: the CPUs divided among the processes, so
     P processes do not oversubscribe the machine).
     If a rank raises, the others end with :class:`~attnlab.distributed.RankFailure` naming it
-    (their next wait fails); :class:`SpawnError` then carries every rank's message.
+    (their next wait fails); a rank still running 3 s after the first failure (busy outside
+    attnlab's calls) is terminated. :class:`SpawnError` then carries every rank's message.
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -85,7 +88,14 @@ def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
             p.start()
         deadline = time.monotonic() + timeout
         done: dict[int, tuple] = {}
+        failed_at = None
         while len(done) < nprocs:
+            if failed_at is None and any(kind != "ok" for kind, _, _ in done.values()):
+                # the others get a few seconds to end with their own RankFailure (their
+                # waits on the failed rank fail at once); one that is busy elsewhere, or
+                # sleeping, is terminated then, as torchrun's agent does
+                failed_at = time.monotonic()
+                deadline = min(deadline, failed_at + FAILURE_GRACE)
             try:
                 rank, kind, value, detail = results.get(timeout=0.05)
                 done[rank] = (kind, value, detail)
@@ -113,8 +123,10 @@ def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
                 p.join(5)
     if len(done) == nprocs and all(kind == "ok" for kind, _, _ in done.values()):
         return [pickle.loads(done[r][1]) for r in range(nprocs)]
+    missing = ("terminated: still running when another rank had failed"
+               if failed_at is not None else "did not finish in time (terminated)")
     reports = {r: (None if r in done and done[r][0] == "ok" else
-                   done[r][1] if r in done else "did not finish in time (terminated)")
+                   done[r][1] if r in done else missing)
                for r in range(nprocs)}
     origin = next((r for r in range(nprocs) if r in done and done[r][0] == "error"), None)
     lines = [f"rank {r}: {reports[r]}" for r in range(nprocs) if reports[r] is not None]

@@ -66,16 +66,53 @@ def ranges_of(layout: str, lengths: Sequence[int], what: str = "the sequence") -
     check_layout(layout)
     if layout == "contiguous":
         return contiguous_ranges(lengths)
-    n, world = int(sum(lengths)), len(lengths)
+    lengths = [int(x) for x in lengths]
+    n, world = sum(lengths), len(lengths)
     ranges = zigzag_ranges(n, world)
-    for r, (got, rr) in enumerate(zip(lengths, ranges)):
-        want = sum(b - a for a, b in rr)
-        if int(got) != want:
-            raise ValueError(
-                f"layout='zigzag': rank {r} holds {int(got)} rows of {what} but the zig-zag layout "
-                f"of {n} rows over {world} ranks gives it {want} (chunks {rr}); cut the sequence "
-                "with attnlab.distributed.shard(x, layout='zigzag'), or use layout='contiguous'")
-    return ranges
+    if [_length(rr) for rr in ranges] == lengths:
+        return ranges
+    # The total is off too, so the layout of the sum is not what the caller meant: take the
+    # length for which the most ranks hold the right rows, and blame the others.
+    meant, *alternatives = _meant_lengths(lengths)
+    wants = [_length(rr) for rr in zigzag_ranges(meant, world)]
+    wrong = [r for r in range(world) if lengths[r] != wants[r]]
+    r = wrong[0]
+    others = (f"; the other ranks hold the layout's rows for {meant}" if len(wrong) == 1
+              else f"; ranks {wrong} differ from the layout of {meant} rows")
+    for alt in alternatives:                # as likely, blaming another rank: say so
+        alt_wants = [_length(rr) for rr in zigzag_ranges(alt, world)]
+        alt_r = next(i for i in range(world) if lengths[i] != alt_wants[i])
+        if alt_r != r:
+            others += (f" (or, if the sequence has {alt} rows, rank {alt_r} holds "
+                       f"{lengths[alt_r]} where the layout gives it {alt_wants[alt_r]})")
+            break
+    raise ValueError(
+        f"layout='zigzag': rank {r} holds {lengths[r]} rows of {what} but the zig-zag layout "
+        f"of {meant} rows over {world} ranks gives it {wants[r]}{others}; every rank's rows: "
+        f"{lengths}; cut the sequence with attnlab.distributed.shard(x, layout='zigzag'), or "
+        "use layout='contiguous'")
+
+
+def _length(ranges: Ranges) -> int:
+    return sum(b - a for a, b in ranges)
+
+
+def _meant_lengths(lengths: list[int]) -> list[int]:
+    """The sequence lengths whose zig-zag layout the most ranks' lengths agree with, best
+    first (ties: the one where a rank holds rows too many rather than too few, then the one
+    nearest the sum)."""
+    world = len(lengths)
+    candidates = {n for x in lengths for n in range(max(0, x * world - 2 * world),
+                                                    x * world + 2 * world + 1)}
+
+    def score(n):
+        wants = [_length(rr) for rr in zigzag_ranges(n, world)]
+        agree = sum(a == b for a, b in zip(lengths, wants))
+        extra = sum(a > b for a, b in zip(lengths, wants))
+        return (agree, extra, -abs(n - sum(lengths)), -n)
+    ranked = sorted(candidates, key=score, reverse=True)
+    best = score(ranked[0])[0]
+    return [n for n in ranked if score(n)[0] == best]
 
 
 def positions(ranges: Ranges, device=None) -> torch.Tensor:

@@ -45,6 +45,8 @@ def choose_strategy(n_heads: int, n_kv_heads: int, world_size: int, *, window=No
 
 
 class _Router:
+    splits_sequence = True          # modules ask (attnlab.core.api.current_route)
+
     def __init__(self, group, strategy, layout, backend, timeout):
         self.group, self.strategy, self.layout = group, strategy, layout
         self.backend, self.timeout = backend, timeout
@@ -87,6 +89,20 @@ class _Router:
         return res
 
 
+def _refuse_extra_keys(module: nn.Module) -> None:
+    """add_bias_kv / add_zero_attn append one key to the whole sequence; sharded, every rank
+    would append its own. Refused by name when the model is wrapped."""
+    from attnlab.nn.multihead import MultiheadAttention, sharded_extra_key_error
+    for name, m in module.named_modules():
+        if isinstance(m, MultiheadAttention) and (m.bias_k is not None or m.add_zero_attn):
+            raise ValueError(sharded_extra_key_error(m, name or "the wrapped module"))
+        if isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"{name or 'the wrapped module'} is torch.nn.MultiheadAttention, "
+                            "which does not call attnlab.attention and would attend over this "
+                            "rank's shard only; convert it with "
+                            "attnlab.nn.MultiheadAttention.from_torch(module)")
+
+
 def _check(strategy, layout):
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -124,6 +140,7 @@ class SequenceParallel(nn.Module):
                  layout: str = "zigzag", backend: str = "auto", timeout: float | None = None):
         super().__init__()
         _check(strategy, layout)
+        _refuse_extra_keys(module)
         self.module = module
         self.group, self.strategy, self.layout = group, strategy, layout
         self.backend, self.timeout = backend, timeout

@@ -9,8 +9,8 @@ any single-process backend. Partials merge with the core's one rule
     lse = log(exp(lse_a) + exp(lse_b))      o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b
 
 The next shard's transfer is started before the current one is computed, so communication
-overlaps compute. Merging is done in float32 (float64 for float64 inputs) whatever the input
-dtype and cast once at the end, so the error does not grow with P.
+overlaps compute. Merging is done in float64 for float32 and float64 inputs (float32 for half
+precision) and the output cast once at the end, so the error does not grow with P.
 
 Backward (a custom autograd function, nothing of the forward's graph is kept). With the final
 ``(O, lse)`` saved, each partial's share is ``w_t = exp(lse_t - lse)`` and
@@ -74,6 +74,17 @@ def _exchange(comm: Comm, tensors, shapes_next, dtypes, tags):
     return sends, recvs, bufs
 
 
+def _saved_out(acc_o: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(returned output, output kept for the backward)``: float32 / float64 inputs keep the
+    returned tensor itself (no second copy); half precision keeps the float32 merge."""
+    out = acc_o.to(dtype)
+    return out, (acc_o if dtype in (torch.float16, torch.bfloat16) else out)
+
+
+def _lse_out(acc_l: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return acc_l.to(torch.float64 if dtype == torch.float64 else torch.float32)
+
+
 class _Ring(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, key_mask, comm: Comm, plan: Plan, opts: Options):
@@ -98,9 +109,12 @@ class _Ring(torch.autograd.Function):
             comm.wait(sends)
             if bufs is not None:
                 held = tuple(bufs)
+        del held
+        out, kept = _saved_out(acc_o, q.dtype)
+        del acc_o
         ctx.comm, ctx.plan, ctx.opts = comm, plan, opts
-        ctx.save_for_backward(q, k, v, key_mask, acc_o, acc_l)
-        return acc_o.to(q.dtype), acc_l.to(q.dtype if q.dtype == torch.float64 else torch.float32)
+        ctx.save_for_backward(q, k, v, key_mask, kept, acc_l)
+        return out, _lse_out(acc_l, q.dtype)
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
@@ -120,16 +134,29 @@ def _kv_dtypes(k, key_mask):
             (torch.bool, k.device) if key_mask is not None else (None, None))
 
 
+def _cotangents(out, lse, d_out, d_lse):
+    """dO (zeros when only the lse was used) and dlse (0 on rows that see nothing)."""
+    d_out = torch.zeros_like(out) if d_out is None else d_out
+    d_lse = None if d_lse is None else torch.where(torch.isneginf(lse), 0.0, d_lse.to(lse.dtype))
+    return d_out, d_lse
+
+
 def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out, lse,
                    d_out, d_lse):
+    """The ring again, backwards: K/V travel as in the forward; the dK/dV accumulators of each
+    shard (float64 for float32 inputs) travel with it, every rank adding its blocks into the
+    one it receives (no fresh buffer per step), and go home after the last step. Between two
+    steps the accumulators are handed on one at a time (dK, then dV), so a rank never holds
+    more than one and a half accumulator pairs; while it computes it holds dq, one pair, the
+    shard it holds and the shard arriving."""
     r, world, steps = comm.rank, comm.size, plan.steps
-    acc = out.dtype
-    d_out = torch.zeros_like(out) if d_out is None else d_out.to(acc)
-    d_lse = None if d_lse is None else torch.where(torch.isneginf(lse), 0.0, d_lse.to(acc))
+    acc = lse.dtype
+    d_out, d_lse = _cotangents(out, lse, d_out, d_lse)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     held = (k.contiguous(), v.contiguous(), key_mask)
-    pending_sends = []
-    dk_acc = dv_acc = None
+    prv, nxt = (r - 1) % world, (r + 1) % world
+    grads = [torch.zeros(k.shape, dtype=acc, device=k.device),
+             torch.zeros(v.shape, dtype=acc, device=v.device)]    # of the shard I hold
     for t in range(steps + 1):
         comm.step = f"backward step {t} of {steps}"
         src = (r - t) % world
@@ -138,46 +165,35 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
             n_next = sum(e - s for s, e in plan.k_ranges[(r - t - 1) % world])
             sends, recvs, bufs = _exchange(comm, held, _kv_shapes(k, v, key_mask, n_next),
                                            _kv_dtypes(k, key_mask), (_TAG_K, _TAG_V, _TAG_M))
-        incoming = []
-        if t > 0:
-            n_src = held[0].shape[-2]
-            in_k = torch.empty((*k.shape[:2], n_src, k.shape[-1]), dtype=acc, device=k.device)
-            in_v = torch.empty((*v.shape[:2], n_src, v.shape[-1]), dtype=acc, device=v.device)
-            prv = (r - 1) % world
-            incoming = [comm.irecv(in_k, prv, _TAG_DK), comm.irecv(in_v, prv, _TAG_DV)]
-        comm.wait(pending_sends)         # the last step's accumulators have left: free them
-        pending_sends = []
-        _, gk, gv = block_grads(q, plan.q_ranges[r], held[0], held[1], held[2],
-                                plan.k_ranges[src], opts, out, lse, d_out, d_lse, dq=dq)
-        if incoming:
-            comm.wait(incoming)
-            gk, gv = in_k.add_(gk), in_v.add_(gv)   # in place: no third shard-sized buffer
-        if t < steps:
-            nxt = (r + 1) % world
-            pending_sends = [comm.isend(gk, nxt, _TAG_DK), comm.isend(gv, nxt, _TAG_DV)]
-        elif steps > 0:
-            pending_sends = [comm.isend(gk, src, _TAG_HOME_K), comm.isend(gv, src, _TAG_HOME_V)]
-        else:
-            dk_acc, dv_acc = gk, gv
+        block_grads(q, plan.q_ranges[r], held[0], held[1], held[2], plan.k_ranges[src], opts,
+                    out, lse, d_out, d_lse, dq, grads[0], grads[1])
         comm.wait(recvs)
         comm.wait(sends)
-        if bufs is not None:
-            held = tuple(bufs)
+        held = tuple(bufs) if bufs is not None else held   # the shard I held is sent: freed
+        if t < steps:
+            # hand my accumulators on and take the ones of the shard now held, one at a time
+            n_in = held[0].shape[-2]
+            for i, (tag, like) in enumerate(((_TAG_DK, k), (_TAG_DV, v))):
+                incoming = torch.empty((*like.shape[:2], n_in, like.shape[-1]), dtype=acc,
+                                       device=like.device)
+                comm.wait([comm.irecv(incoming, prv, tag), comm.isend(grads[i], nxt, tag)])
+                grads[i] = incoming
+    del held
     if steps > 0:
-        # my accumulators come back from their last holder; posted only now, so that their
-        # buffers do not exist while the blocks are computed (the holder's send waits for it)
+        # the accumulators go to their owner (rank src); mine come from their last holder
         comm.step = "backward: dK/dV coming home"
-        dk_acc = torch.empty(k.shape, dtype=acc, device=k.device)
-        dv_acc = torch.empty(v.shape, dtype=acc, device=v.device)
-        holder = (r + steps) % world
-        comm.wait([comm.irecv(dk_acc, holder, _TAG_HOME_K),
-                   comm.irecv(dv_acc, holder, _TAG_HOME_V)])
-    comm.wait(pending_sends)
+        holder, owner = (r + steps) % world, (r - steps) % world
+        for i, (tag, like) in enumerate(((_TAG_HOME_K, k), (_TAG_HOME_V, v))):
+            mine = torch.empty(like.shape, dtype=acc, device=like.device)
+            comm.wait([comm.irecv(mine, holder, tag), comm.isend(grads[i], owner, tag)])
+            grads[i] = mine
     stats = getattr(comm, "stats", None)
     if stats is not None:               # the backward's share, after the forward's
         stats.update(backward_sent_bytes=comm.sent_bytes - stats.get("sent_bytes", 0),
                      backward_wait_s=comm.wait_s - stats.get("wait_s", 0.0))
-    return dq.to(q.dtype), dk_acc.to(k.dtype), dv_acc.to(v.dtype)
+    dk, dv = grads
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=None,
                    causal: bool = False, window=None, mask=None,
@@ -219,7 +235,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     Returns:
         ``out (B, H, N_q_local, D_v)``, or ``(out, lse)``.
     """
-    mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap)
+    mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap, group)
     comm = Comm(group, timeout, "ring_attention")
     return guarded(comm, _ring_call, comm, q, k, v, causal, window, mask, key_mask, scale,
                    softcap, layout, backend, block_dtype, return_lse, stats)
@@ -254,12 +270,15 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
                   softcap: float | None = None, layout: str = "contiguous",
                   backend: str = "tiled", block_dtype: torch.dtype | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """The ring's forward arithmetic for ``world_size`` ranks in one process, on whole
-    sequences ``(B, H, N, D)``: each rank's shard is cut as :func:`~attnlab.distributed.shard`
-    does, its blocks are computed and merged in the ring's order and dtype. Returns the
-    reassembled ``(out, lse)`` and every rank's work (pairs computed). For measuring how the
-    error behaves with more ranks than a machine can run."""
+    """The ring's arithmetic for ``world_size`` ranks in one process, on whole sequences
+    ``(B, H, N, D)``: each rank's shard is cut as :func:`~attnlab.distributed.shard` does, its
+    blocks are computed and merged in the ring's order and dtypes. Returns the reassembled
+    ``(out, lse)`` and every rank's work (pairs computed). ``out`` and ``lse`` are
+    differentiable: their backward is the ring's, step by step (dq accumulated per rank, each
+    shard's dK/dV accumulator visiting its ranks in ring order). For measuring how the error
+    behaves with more ranks than a machine can run."""
     check_local(q, k, v, key_mask, mask, scale, softcap)
+    L.check_layout(layout)
     mask, key_mask = masks_of(mask, key_mask, k)
     band = band_of(causal, window)
     q_ranges = L.shard_ranges(q.shape[2], world_size, layout)
@@ -268,22 +287,82 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
     opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend,
                    block_dtype_for(q.dtype, block_dtype))
     steps = plan_steps(q_ranges, k_ranges, band, offset, mask)
-    acc = acc_dtype(q.dtype)
-    out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=acc)
-    lse = torch.full(q.shape[:3], NEG_INF, dtype=acc)
-    work = []
-    for r in range(world_size):
-        q_r = L.take(q, q_ranges[r])
-        acc_o = torch.zeros(*q_r.shape[:3], v.shape[-1], dtype=acc)
-        acc_l = torch.full(q_r.shape[:3], NEG_INF, dtype=acc)
-        w = 0
-        for t in range(steps + 1):
-            src = (r - t) % world_size
-            kr = k_ranges[src]
-            km = None if key_mask is None else L.take(key_mask, kr, dim=-1)
-            w += accumulate(acc_o, acc_l, q_r, q_ranges[r], L.take(k, kr), L.take(v, kr), km,
-                            kr, opts)
-        for (lq0, lq1, g0, g1) in L.local_slices(q_ranges[r]):
-            out[..., g0:g1, :], lse[..., g0:g1] = acc_o[..., lq0:lq1, :], acc_l[..., lq0:lq1]
-        work.append(w)
-    return out.to(q.dtype), lse.to(q.dtype if q.dtype == torch.float64 else torch.float32), work
+    plan = Plan(q_ranges, k_ranges, q.shape[2], k.shape[2], steps)
+    work: list[int] = []
+    out, lse = _SimRing.apply(q, k, v, key_mask, world_size, plan, opts, work)
+    return out, lse, work
+
+
+class _SimRing(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, world, plan: Plan, opts: Options, work: list):
+        acc = acc_dtype(q.dtype)
+        outs, kept, lses = [], [], []
+        for r in range(world):
+            q_r = L.take(q, plan.q_ranges[r])
+            acc_o = torch.zeros(*q_r.shape[:3], v.shape[-1], dtype=acc, device=q.device)
+            acc_l = torch.full(q_r.shape[:3], NEG_INF, dtype=acc, device=q.device)
+            w = 0
+            for t in range(plan.steps + 1):
+                kr = plan.k_ranges[(r - t) % world]
+                w += accumulate(acc_o, acc_l, q_r, plan.q_ranges[r], L.take(k, kr),
+                                L.take(v, kr), _keys(key_mask, kr), kr, opts)
+            o, o_kept = _saved_out(acc_o, q.dtype)
+            outs.append(o)
+            kept.append(o_kept)
+            lses.append(acc_l)
+            work.append(w)
+        ctx.world, ctx.plan, ctx.opts = world, plan, opts
+        ctx.kept, ctx.lses = kept, lses
+        ctx.save_for_backward(q, k, v, key_mask)
+        out = _whole(outs, plan.q_ranges, q.shape[2], -2)
+        lse = _whole([_lse_out(x, q.dtype) for x in lses], plan.q_ranges, q.shape[2], -1)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, key_mask = ctx.saved_tensors
+        world, plan, opts = ctx.world, ctx.plan, ctx.opts
+        acc = ctx.lses[0].dtype
+        dks = [torch.zeros((*k.shape[:2], _n(kr), k.shape[-1]), dtype=acc, device=k.device)
+               for kr in plan.k_ranges]
+        dvs = [torch.zeros((*v.shape[:2], _n(kr), v.shape[-1]), dtype=acc, device=v.device)
+               for kr in plan.k_ranges]
+        dq_r = [torch.zeros((*q.shape[:2], _n(qr), q.shape[-1]), dtype=acc, device=q.device)
+                for qr in plan.q_ranges]
+        cots = []
+        for r in range(world):
+            qr = plan.q_ranges[r]
+            do = None if d_out is None else L.take(d_out, qr)
+            dl = None if d_lse is None else L.take(d_lse, qr, dim=-1)
+            cots.append(_cotangents(ctx.kept[r], ctx.lses[r], do, dl))
+        for t in range(plan.steps + 1):          # ring order: each accumulator visits its
+            for r in range(world):               # holders one after the other
+                src = (r - t) % world
+                kr = plan.k_ranges[src]
+                block_grads(L.take(q, plan.q_ranges[r]), plan.q_ranges[r], L.take(k, kr),
+                            L.take(v, kr), _keys(key_mask, kr), kr, opts, ctx.kept[r],
+                            ctx.lses[r], cots[r][0], cots[r][1], dq_r[r], dks[src], dvs[src])
+        dq = _whole(dq_r, plan.q_ranges, q.shape[2], -2)
+        dk = _whole(dks, plan.k_ranges, k.shape[2], -2)
+        dv = _whole(dvs, plan.k_ranges, v.shape[2], -2)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
+
+
+def _n(ranges) -> int:
+    return sum(b - a for a, b in ranges)
+
+
+def _keys(key_mask, ranges):
+    return None if key_mask is None else L.take(key_mask, ranges, dim=-1)
+
+
+def _whole(parts: list, ranges: list, n: int, dim: int) -> torch.Tensor:
+    """Every rank's rows put back in global order along ``dim``."""
+    shape = list(parts[0].shape)
+    shape[dim] = n
+    whole = parts[0].new_empty(shape)
+    for part, rr in zip(parts, ranges):
+        for l0, l1, g0, g1 in L.local_slices(rr):
+            whole.narrow(dim, g0, g1 - g0).copy_(part.narrow(dim, l0, l1 - l0))
+    return whole

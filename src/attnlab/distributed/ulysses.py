@@ -17,6 +17,8 @@ import torch
 
 from attnlab.core._geometry import validate_window
 from attnlab.core.api import attention, no_dispatch
+from attnlab.core.registry import select_backend
+from attnlab.core.spec import build_spec
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import agree, checked_locally
 from attnlab.distributed._comm import Comm, guarded
@@ -70,11 +72,13 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, grou
                       return_lse: bool = False, stats: dict | None = None):
     """Exact attention over the sharded sequence by two all-to-alls over heads.
 
-    Same arguments, masks (in global positions) and result as
+    Same arguments, masks (in global positions and global head indices) and result as
     :func:`~attnlab.distributed.ring_attention`; ``backend`` runs the whole-sequence attention
-    of this rank's heads.
+    of this rank's heads. ``"auto"`` picks among the backends whose memory is linear in the
+    sequence length for the request (tiled, SDPA without a dense mask, the banded block-sparse
+    path), since each rank holds the whole sequence.
     """
-    mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap)
+    mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap, group)
     comm = Comm(group, timeout, "ulysses_attention")
     return guarded(comm, _ulysses_call, comm, q, k, v, causal, window, mask, key_mask, scale,
                    softcap, layout, backend, return_lse, stats)
@@ -114,7 +118,12 @@ def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap,
         keep = torch.cat(outs, dim=1)
         if k_order is not None:
             keep = keep.index_select(1, k_order)
-    core_mask = _core_mask(mask, keep)
+    core_mask = _core_mask(_global_heads(mask, qb[comm.rank]), keep)
+    gqa = not repeat and h != h_kv
+    if backend == "auto":            # every rank holds the whole sequence: nothing N x N
+        spec = build_spec(q_all, k_all, v_all, mask=core_mask, causal=causal, window=window,
+                          scale=scale, softcap=softcap, enable_gqa=gqa, return_lse=True)
+        backend = select_backend("auto", spec, linear_memory=True).name
     comm.step = "attention of this rank's heads"
     if q_all.shape[1] == 0:                     # fewer heads than ranks: nothing to compute
         out = q_all.new_zeros(*q_all.shape[:3], v.shape[-1]) + 0 * (q_all.sum() + k_all.sum()
@@ -123,7 +132,7 @@ def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap,
     else:
         with no_dispatch():
             res = attention(q_all, k_all, v_all, mask=core_mask, causal=causal, window=window,
-                            scale=scale, softcap=softcap, enable_gqa=not repeat and h != h_kv,
+                            scale=scale, softcap=softcap, enable_gqa=gqa,
                             backend=backend, return_lse=True)
         out, lse = res.out, res.lse
     # every rank must send the same dtype: lse as the ring returns it
@@ -134,7 +143,7 @@ def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap,
     comm.step = "returning the output"
     out = _AllToAll.apply(out.contiguous(), comm, 2, n_qs, 1, q_heads)   # (B, H, N_q_local, D_v)
     if stats is not None:
-        stats.update(steps=1, sent_bytes=comm.sent_bytes, world_size=world)
+        stats.update(steps=1, sent_bytes=comm.sent_bytes, world_size=world, backend=backend)
     if not return_lse:
         return out
     lse = _AllToAll.apply(lse.unsqueeze(-1).contiguous(), comm, 2, n_qs, 1, q_heads).squeeze(-1)
@@ -149,6 +158,17 @@ def _order(ranges: list, device) -> torch.Tensor | None:
     if pos.numel() == 0 or torch.equal(pos, torch.arange(pos.numel(), device=device)):
         return None
     return torch.argsort(pos)
+
+
+def _global_heads(mask_fn, first: int):
+    """A mask function of this rank's heads called with the global head index: the rank's
+    local head h is the group's head ``first + h``."""
+    if mask_fn is None or first == 0:
+        return mask_fn
+
+    def shifted(b, h, qi, ki):
+        return mask_fn(b, h + first, qi, ki)
+    return shifted
 
 
 def _core_mask(mask_fn, keep):
