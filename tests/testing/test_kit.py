@@ -1,98 +1,43 @@
 """attnlab.testing.check_attention finds planted bugs and passes attnlab's exact backends."""
 
-import math
+
+import re
 
 import pytest
 import torch
 
 from attnlab import attention
 from attnlab.testing import CheckReport, check_attention, check_backend
+from attnlab.testing import bugs as B
+from attnlab.testing.bugs import BUGS, CORRECT
 
 
 def _ref(q, k, v, **o):
     return attention(q, k, v, backend="reference", **o)
 
 
-def no_default_scale(q, k, v, **o):
-    return _ref(q, k, v, **{**o, "scale": o.get("scale", 1.0)})
-
-
-def top_left_causal(q, k, v, causal=False, **o):
-    if causal:
-        n_q, n_k = q.shape[-2], k.shape[-2]
-        o["mask"] = torch.ones(n_q, n_k, dtype=torch.bool).tril()        # SDPA's alignment
-    return _ref(q, k, v, **o)
-
-
-def nan_on_masked_rows(q, k, v, mask=None, **o):
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
-    return torch.softmax(s, -1) @ v
-
-
-def mask_of_the_first_tile(q, k, v, mask=None, **o):
-    """Tiles of 64 keys that all reuse the first tile's mask columns."""
-    if mask is not None and mask.dtype == torch.bool and mask.shape[-1] > 64:
-        first = mask[..., :64]
-        mask = first.repeat(*([1] * (mask.dim() - 1)), math.ceil(mask.shape[-1] / 64))
-        mask = mask[..., :k.shape[-2]]
-    return _ref(q, k, v, mask=mask, **o)
-
-
-class _WrongGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v):
-        q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
-        with torch.enable_grad():
-            out = _ref(q_, k_, v_)
-        ctx.save_for_backward(q_, k_, v_, out)
-        return out.detach()
-
-    @staticmethod
-    def backward(ctx, g):
-        q_, k_, v_, out = ctx.saved_tensors
-        dq, dk, dv = torch.autograd.grad(out, (q_, k_, v_), g)
-        return 1.1 * dq, dk, dv                               # dq is 10% too large
-
-
-def wrong_gradient(q, k, v, **o):
-    if o:
-        return _ref(q, k, v, **o)
-    return _WrongGrad.apply(q, k, v)
-
-
-def dropout_ignores_generator(q, k, v, dropout_p=0.0, generator=None, **o):
-    s = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
-    return torch.nn.functional.dropout(s, dropout_p) @ v          # the global RNG
-
-
-@pytest.mark.parametrize("fn, supports, case, words", [
-    (no_default_scale, (), "plain", "error"),
-    (top_left_causal, ("causal",), "causal (bottom-right), N_q < N_k", "error"),
-    (nan_on_masked_rows, ("mask",), "fully masked rows", "NaN"),
-    (mask_of_the_first_tile, ("mask",), "bool mask (B, 1, N_q, N_k)", "error"),
-    (wrong_gradient, (), "plain", "dq error"),
-    (dropout_ignores_generator, ("dropout",), "dropout follows its generator", "generator"),
-])
-def test_planted_bugs_are_found(fn, supports, case, words):
-    report = check_attention(fn, supports=supports, dtypes=(torch.float32,))
+@pytest.mark.parametrize("name", list(BUGS))
+def test_planted_bugs_are_found(name):
+    """Every bug of attnlab.testing.bugs fails the case meant to catch it, with its words."""
+    bug = BUGS[name]
+    report = check_attention(bug.fn, supports=bug.supports, dtypes=bug.dtypes,
+                             gradcheck=False)
     assert not report
-    failed = {r.case: r for r in report.failures}
-    assert case in failed, [r.case for r in report.failures]
-    assert words in failed[case].detail
-    with pytest.raises(AssertionError, match=case.split(" (")[0]):
+    failed = [r for r in report.failures if r.case.startswith(bug.case)]
+    assert failed, [r.case for r in report.failures]
+    assert bug.words in failed[0].detail, failed[0].detail
+    with pytest.raises(AssertionError, match=re.escape(failed[0].case)):
         report.raise_for_failures()
 
 
 def test_a_failure_reports_the_smallest_failing_input():
-    report = check_attention(top_left_causal, supports=("causal",), dtypes=(torch.float64,))
+    report = check_attention(B.top_left_causal, supports=("causal",), dtypes=(torch.float64,))
     bad = next(r for r in report.failures if r.case.startswith("causal (bottom-right)"))
     assert bad.smallest.startswith("B=1 H=1 N_q=2 N_k=3")         # the smallest N_q < N_k
 
 
 def test_the_wrong_gradient_also_fails_gradcheck():
-    report = check_attention(wrong_gradient, dtypes=(torch.float64,))
+    report = check_attention(B.wrong_gradient, dtypes=(torch.float64,))
     assert "gradcheck (float64, N=3, D=4)" in {r.case for r in report.failures}
 
 
@@ -172,7 +117,7 @@ def test_check_module_against_torch():
 def test_check_on_the_command_line(capsys):
     from attnlab.cli import main
 
-    assert main(["check", "tests.testing.test_kit:top_left_causal", "--supports", "causal",
+    assert main(["check", "attnlab.testing.bugs:top_left_causal", "--supports", "causal",
                  "--dtypes", "float32"]) == 1
     assert "FAIL" in capsys.readouterr().out
     assert main(["check", "tiled", "--dtypes", "float32"]) == 0
@@ -211,3 +156,16 @@ def test_the_worked_example_runs(capsys):
     assert "plain" not in {r.case for r in report.failures}
     assert not check_attention(mod.sigmoid_tiled, supports={"causal"},
                                dtypes=(torch.float32,))      # it is not softmax attention
+
+
+def test_dropout_without_rescale_is_also_biased():
+    report = check_attention(B.dropout_without_rescale, supports=("dropout",),
+                             dtypes=(torch.float32,), gradcheck=False)
+    unbiased = next(r for r in report.results if r.case.startswith("dropout is unbiased"))
+    assert not unbiased.passed and "off by" in unbiased.detail
+
+
+@pytest.mark.parametrize("name", list(CORRECT))
+def test_correct_but_unusual_implementations_pass(name):
+    fn, supports = CORRECT[name]
+    check_attention(fn, supports=supports).raise_for_failures()

@@ -130,10 +130,15 @@ def cases(supports: frozenset[str], quick: bool = True) -> list[Case]:
     if "scale" in supports:
         out.append(Case("scale=0.37", "scale", odd, scaled))
     if "causal" in supports:
+        # N_q > N_k: bottom-right alignment leaves the first N_q - N_k queries no key at all
+        # (their output is 0); an offset clamped at 0 (top-left) or a finfo.min mask (which
+        # averages every value on such rows) fails here
         out += [Case("causal (bottom-right), N_q < N_k", "causal", (1, 2, 9, 30, 16), causal),
+                Case("causal (bottom-right), N_q > N_k", "causal", (1, 2, 30, 9, 16), causal),
                 Case("causal, long", "causal", big, causal)]
     if "window" in supports:
-        out.append(Case("window (3, 1)", "window", (1, 2, 70, 90, 16), window))
+        out += [Case("window (3, 1)", "window", (1, 2, 70, 90, 16), window),
+                Case("window (3, 1), N_q > N_k", "window", (1, 2, 40, 13, 16), window)]
     if "mask" in supports:
         for p in ("(N_q, N_k)", "(B, 1, N_q, N_k)", "(1, H, 1, N_k)", "(B, 1, 1, N_k)",
                   "(B, H, N_q, 1)"):

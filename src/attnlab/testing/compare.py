@@ -79,13 +79,18 @@ def _compare(fn, case: Case, shape, dtype, want_lse, seed, factor=2.0, grad_fact
         return float("inf"), f"raised {type(exc).__name__}: {str(exc)[:120]}"
     if got[0].shape != gold[0].shape:
         return float("inf"), f"output shape {tuple(got[0].shape)}, expected {tuple(gold[0].shape)}"
-    # Rounding of the order of eps * sqrt(reduction length) where the plain reference happens
-    # to be exact (always in float64), amplified by the logits' size: an error eps * |s| in a
-    # score moves the softmax by that much.
+    # A floor for where the plain reference happens to be exact: rounding of the order of
+    # eps * sqrt(reduction length), amplified by the logits' size (an error eps * |s| in a
+    # score moves the softmax by that much). Only float64 and float32 need it; in half
+    # precision the same-precision reference's own error (the inputs' rounding) is the bound,
+    # and a floor of that size would let an output 10% off pass.
     kk = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)          # GQA: K per q head
     logit = float((q @ kk.transpose(-1, -2)).abs().max()) * options.get("scale",
                                                                         q.shape[-1] ** -0.5)
-    floor = 4 * EPS[dtype] * (shape[3] + shape[4]) ** 0.5 * max(1.0, logit)
+    if dtype in (torch.float64, torch.float32):
+        floor = 4 * EPS[dtype] * (shape[3] + shape[4]) ** 0.5 * max(1.0, logit)
+    else:
+        floor = EPS[dtype]                    # one unit in the last place of the output
     worst, detail = 0.0, ""
     pairs = [("out", gold[0], plain[0], got[0], factor)]
     if grad:
@@ -163,6 +168,8 @@ def _behaviour(fn, supports, gradcheck, device=None) -> list[CaseResult]:
         out.append(CaseResult("gradcheck (float64, N=3, D=4)", "float64", ok,
                               0.0 if ok else float("inf"), detail, skipped=skipped))
     if "dropout" in supports:
+        out += _dropout_statistics(fn, base, device)
+
         def drop(seed):
             gen = torch.Generator().manual_seed(seed)
             return _call(fn, q, k, v, {**base, "dropout_p": 0.5, "generator": gen})[0]
@@ -185,3 +192,93 @@ def _behaviour(fn, supports, gradcheck, device=None) -> list[CaseResult]:
         out.append(CaseResult("dropout follows its generator", "float32", ok,
                               0.0 if ok else float("inf"), detail))
     return out
+
+
+DROP_P = 0.3               # not 0.5: keeping with probability p instead of 1 - p must show
+Z_ALARM = 5.0              # |z| above this: two-sided false-alarm rate 5.7e-7 per statistic
+
+
+def _dropout_statistics(fn, base, device) -> list[CaseResult]:
+    """Dropout on the attention weights, checked from outside.
+
+    * **Keep probability and rescale.** With V the identity (D_v = N_k) the output *is* the
+      dropped weights, ``out[i, j] = w_ij m_ij / (1 - p)``: the share of weights set exactly to
+      0 must be p (a binomial test, |z| <= 5) and every kept one must equal ``w_ij / (1 - p)``.
+      Dropping before the softmax leaves no exact zero and rescales nothing; keeping with
+      probability p drops 1 - p; forgetting the rescale keeps ratio 1.
+    * **Unbiased.** Over 400 generator seeds the mean output on random V must equal the
+      output without dropout: every element's mean within the Bonferroni bound of its
+      standard error (false-alarm rate 1e-6 for the whole check, normal approximation).
+    """
+    import statistics
+
+    results = []
+    g = torch.Generator().manual_seed(11)
+    b, h, nq, nk, d = 1, 2, 16, 24, 8
+    q = torch.randn(b, h, nq, d, generator=g)
+    k = torch.randn(b, h, nk, d, generator=g)
+    eye = torch.eye(nk).expand(b, h, nk, nk).contiguous()
+    to = (lambda t: t.to(device)) if device is not None else (lambda t: t)
+    opts = {key: val for key, val in base.items() if key != "dropout_p"}
+    name = f"dropout keeps 1 - p and rescales by 1/(1 - p) (p = {DROP_P})"
+    try:
+        ref = _call(fn, to(q), to(k), to(eye), opts)[0].double().cpu()      # the weights
+        zeros = kept = 0
+        ratios = []
+        for seed in range(12):
+            gen = torch.Generator().manual_seed(seed)
+            got = _call(fn, to(q), to(k), to(eye), {**opts, "dropout_p": DROP_P,
+                                                     "generator": gen})[0].double().cpu()
+            live = ref > 1e-6
+            dropped = live & (got == 0)
+            zeros += int(dropped.sum())
+            kept += int((live & ~dropped).sum())
+            ratios.append((got[live & ~dropped] / ref[live & ~dropped]))
+        n = zeros + kept
+        share = zeros / max(n, 1)
+        z = (share - DROP_P) / (DROP_P * (1 - DROP_P) / max(n, 1)) ** 0.5
+        ratio = torch.cat(ratios) if ratios else torch.zeros(0)
+        want = 1 / (1 - DROP_P)
+        problems = []
+        if zeros == 0:
+            problems.append(f"no weight was dropped (0 of {n}): dropout must zero weights "
+                            "after the softmax, not the scores before it")
+        elif abs(z) > Z_ALARM:
+            hint = (" (it keeps with probability p instead of 1 - p?)"
+                    if abs(share - (1 - DROP_P)) < abs(share - DROP_P) else "")
+            problems.append(f"{share:.1%} of the weights dropped with dropout_p={DROP_P} "
+                            f"(z = {z:.1f}){hint}")
+        if ratio.numel():
+            off = float(((ratio - want).abs() / want).max())
+            if off > 1e-4:
+                median = float(ratio.median())
+                hint = (" (not rescaled by 1/(1 - p))" if abs(median - 1) < 1e-3 else
+                        " (the weights are not those of the softmax: dropout before it?)")
+                problems.append(f"kept weights are {median:.4f} x the weight, expected "
+                                f"1/(1 - p) = {want:.4f}{hint}")
+        results.append(CaseResult(name, "float32", not problems,
+                                  0.0 if not problems else float("inf"), "; ".join(problems)))
+    except Exception as exc:
+        results.append(CaseResult(name, "float32", False, float("inf"),
+                                  f"raised {type(exc).__name__}: {str(exc)[:120]}"))
+    name = "dropout is unbiased (mean of 400 seeds, false alarm 1e-6)"
+    try:
+        v = torch.randn(b, h, nk, d + 3, generator=g)
+        plain = _call(fn, to(q), to(k), to(v), opts)[0].double().cpu()
+        runs = torch.stack([
+            _call(fn, to(q), to(k), to(v), {**opts, "dropout_p": DROP_P,
+                                            "generator": torch.Generator().manual_seed(s)}
+                  )[0].double().cpu() for s in range(1000, 1400)])
+        mean, se = runs.mean(0), runs.std(0) / runs.shape[0] ** 0.5
+        crit = statistics.NormalDist().inv_cdf(1 - 1e-6 / (2 * plain.numel()))
+        z = ((mean - plain) / se.clamp_min(1e-12)).abs()
+        worst = float(z.max())
+        ok = worst <= crit
+        bias = float(((mean - plain).abs().sum() / plain.abs().sum()))
+        results.append(CaseResult(name, "float32", ok, worst / crit,
+                                  "" if ok else f"the mean output is off by {bias:.1%} of the "
+                                  f"output without dropout (max |z| = {worst:.1f} > {crit:.1f})"))
+    except Exception as exc:
+        results.append(CaseResult(name, "float32", False, float("inf"),
+                                  f"raised {type(exc).__name__}: {str(exc)[:120]}"))
+    return results
