@@ -15,7 +15,7 @@ from attnlab.explain import example, walk
 def test_explain_default_prints_steps_checks_and_writes_heatmaps(tmp_path, capsys):
     assert main(["explain", "--causal", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    for step in ("S = Q K^T", "A = softmax", "O = A V", "-inf", "PASS", "backend tiled",
+    for step in ("S = Q K^T", "A = E / l", "O = A V", "-inf", "PASS", "backend tiled",
                  "backend sdpa"):
         assert step in text
     assert "FAIL" not in text

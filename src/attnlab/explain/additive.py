@@ -17,6 +17,10 @@ class AdditiveWalk:
     scores: torch.Tensor              # (N, N) v^T tanh(W_q q_i + W_k k_j + b)
     a: torch.Tensor                   # (N, N)
     dot: Walkthrough
+    w_q: torch.Tensor                 # (D, H) the scorer's parameters (q_i W_q)
+    w_k: torch.Tensor                 # (D, H)
+    b: torch.Tensor                   # (H,)
+    v: torch.Tensor                   # (H,)
     checks: list[Check] = field(default_factory=list)
 
 
@@ -37,7 +41,9 @@ def additive_walk(wt: Walkthrough, hidden: int | None = None, seed: int = 0) -> 
         live = wt.keep.any(-1)
         a[live] = torch.softmax(s[live], dim=-1)
         res = add(wt.q, wt.k, wt.v, mask=wt.keep, return_weights=True)
-    aw = AdditiveWalk(wt.tokens, s, a, wt)
+    aw = AdditiveWalk(wt.tokens, s, a, wt, add.w_q.weight.T.detach().clone(),
+                      add.w_k.weight.T.detach().clone(), add.w_k.bias.detach().clone(),
+                      add.v.weight[0].detach().clone())
     err = float((res.weights - a).abs().max())
     aw.checks.append(Check("formula = AdditiveAttention", err <= 1e-12, f"max |dA| = {err:.2e}"))
     return aw

@@ -126,6 +126,9 @@ class HeadsWalk:
     heads: list[Walkthrough]          # one per head
     concat: torch.Tensor              # (N, E)
     out: torch.Tensor                 # (N, E) concat W_o^T + b_o
+    k: torch.Tensor | None = None     # (N, E) X W_k^T + b_k
+    v: torch.Tensor | None = None     # (N, E) X W_v^T + b_v
+    reference: torch.Tensor | None = None   # (N, E) the layer's own attention output
     checks: list[Check] = field(default_factory=list)
     source: str = ""
 
@@ -151,7 +154,7 @@ def heads_walk(text: str, model: str = "default", layer: int = 0) -> HeadsWalk:
         out = concat @ mha.out_proj.weight.double().T + mha.out_proj.bias.double()
         ref = mha.double()(x[None], x[None], x[None], need_weights=False)[0][0]
         mha.float()
-    hw = HeadsWalk(tokens, x, q_all, walks, concat, out)
+    hw = HeadsWalk(tokens, x, q_all, walks, concat, out, k_all, v_all, ref)
     err = float((out - ref).abs().max())
     hw.checks.append(Check("concat(heads) W_o + b equals the layer's attention output",
                            err <= 1e-10, f"max difference {err:.2e}, float64"))
