@@ -11,6 +11,7 @@ def test_diagnose_prints_every_layer(capsys):
     assert "attention health of default on 9 tokens" in out and "encoder.layers." in out
     for i in range(6):
         assert f"{i}.self_attn" in out
+    assert "learning rate" not in out and "qk_norm" not in out   # a trained model: no advice
 
 
 def test_diagnose_usage_errors(capsys, tmp_path):

@@ -13,12 +13,13 @@ from attnlab.nn import Encoder, EncoderLayer, MultiheadAttention
 
 def _run(model, x, steps=3, every=1, backward=True):
     mon = AttentionMonitor(model, every=every)
+    target = torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
     for step in range(steps):
         with mon.step(step):
             out = model(x)
         out = out[0] if isinstance(out, tuple) else out
-        if backward:
-            out.square().mean().backward()
+        if backward:        # a regression loss: every layer's gradient is of the same order
+            (out - target).square().mean().backward()
             mon.after_backward()
     return mon
 
@@ -56,15 +57,53 @@ def test_vanishing_gradient():
     torch.manual_seed(0)
     mha = MultiheadAttention(32, 4, batch_first=True)
 
-    class Dead(nn.Module):                          # attention whose output is scaled to ~0
+    class Dead(nn.Module):          # attention scaled to ~0 beside a path that learns
         def __init__(self):
             super().__init__()
-            self.mha = mha
+            self.mha, self.skip = mha, nn.Linear(32, 32)
 
         def forward(self, x):
-            return self.mha(x, x, x, need_weights=False)[0] * 1e-12
+            return self.skip(x) + self.mha(x, x, x, need_weights=False)[0] * 1e-12
     mon = _run(Dead(), torch.randn(2, 8, 32), steps=1)
     assert [a.name for a in mon.alarms] == ["vanishing gradient"]
+
+
+def test_sharp_attention_after_initialisation_is_recorded_not_alarmed():
+    torch.manual_seed(0)
+    mha = MultiheadAttention(32, 4, batch_first=True)
+    mon = AttentionMonitor(SelfAttn(mha), every=1)
+    x = torch.randn(4, 16, 32)
+    with mon.step(0):                               # healthy at initialisation
+        mha(x, x, x)
+    with torch.no_grad():                           # training made the heads point (score ~200)
+        mha.in_proj_weight[:64].mul_(8)
+    with mon.step(1):
+        mha(x, x, x)
+    assert mon.alarms == []
+    assert mon.history[1].layers[0]["saturation"] > 0.5
+    with torch.no_grad():                           # ten times what pointing needs: an alarm
+        mha.in_proj_weight[:64].mul_(3)
+    with mon.step(2):
+        mha(x, x, x)
+    assert [a.name for a in mon.alarms] == ["score explosion"]
+
+
+def test_large_initial_scores_and_the_inference_wording():
+    from attnlab.diagnose import AT_INFERENCE, REMEDIES, THRESHOLDS, score_alarms
+    torch.manual_seed(0)
+    mha = MultiheadAttention(32, 4, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight[:64].mul_(2.5)           # scores start with std ~6: scale forgotten
+    mon = _run(SelfAttn(mha), torch.randn(4, 16, 32), steps=1)
+    assert "large initial scores" in {a.name for a in mon.alarms}
+    assert set(AT_INFERENCE) == set(REMEDIES)
+    for text in AT_INFERENCE.values():              # a trained model: no training advice
+        assert "learning rate" not in text and "qk_norm" not in text
+    layer = {"layer": "l", "score_max": 2e3, "score_std": 1.0, "saturation": 0.0,
+             "n_keys": 4, "entropy_ratio": 1.0, "jacobian_norm": 1.0}
+    assert score_alarms([layer]) == [("score explosion", "l", 2e3)]
+    assert score_alarms([layer], {"score_max": 1e4}) == []
+    assert 150 < THRESHOLDS["score_max"] < 1500    # above healthy pointing heads, below divergence
 
 
 def test_only_every_kth_step_is_recorded():

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnose.monitor import REMEDIES, THRESHOLDS, Alarm, AttentionMonitor, score_alarms
+from attnlab.diagnose.monitor import (
+    AT_INFERENCE,
+    REMEDIES,
+    THRESHOLDS,
+    Alarm,
+    AttentionMonitor,
+    score_alarms,
+)
 from attnlab.diagnose.stats import HeadStats, attention_stats
 from attnlab.diagnose.watch import Diagnosis, watch
 
@@ -29,5 +36,5 @@ def diagnose(model: torch.nn.Module, *args, **kwargs) -> Diagnosis:
     return diag
 
 
-__all__ = ["Alarm", "AttentionMonitor", "Diagnosis", "HeadStats", "REMEDIES", "THRESHOLDS",
-           "attention_stats", "diagnose", "score_alarms", "watch"]
+__all__ = ["AT_INFERENCE", "Alarm", "AttentionMonitor", "Diagnosis", "HeadStats", "REMEDIES",
+           "THRESHOLDS", "attention_stats", "diagnose", "score_alarms", "watch"]

@@ -54,8 +54,8 @@ def draw_why_sqrt_d(sweep: dict, curves: dict | None, axes):
         ax = axes[3]
         for key, color, label in (("unscaled", RED, "no scale"), ("scaled", BLUE, "1/√d_k")):
             ax.plot(curves[key]["loss"], color=color, label=label, lw=1.2)
-        ax.set(xlabel="training step", ylabel="loss",
-               title=f"training, d_k = {curves['d_k']}", ylim=(0, None))
+        ax.set(xlabel="training step", ylabel="loss (log scale)", yscale="log",
+               title=f"training, d_k = {curves['d_k']}")
         ax.legend(fontsize=8)
     _fig(axes).suptitle("Why attention divides by √d_k (unit-variance q and k, 128 keys)",
                  fontsize=11)
