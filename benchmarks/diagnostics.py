@@ -1,6 +1,6 @@
 """The experiments of docs/diagnostics.md, full size, with their figures and numbers.
 
-    python benchmarks/diagnostics.py                      # about 3 minutes on 2 cores
+    python benchmarks/diagnostics.py                      # about 10 minutes on 2 cores
     python benchmarks/diagnostics.py --out /tmp/diag      # figures and results.json there
 
 Also measures the training monitor's overhead (time per step with and without it at its
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import resource
 import time
 from pathlib import Path
@@ -75,19 +74,14 @@ def main() -> None:
     res: dict = {"memory": stats_memory()}          # first: the process is still small
     print("attention_stats at N = 16384:", res["memory"], flush=True)
     res["scale"] = E.scale_sweep()
-    d = 512
-    res["curves"] = {"d_k": d, "scaled": E.train_recall(d_model=d, heads=1, n=64, lr=1e-3,
-                                                        steps=150),
-                     "unscaled": E.train_recall(d_model=d, heads=1, n=64, lr=1e-3, steps=150,
-                                                temperature=1 / math.sqrt(d))}
-    P.save_why_sqrt_d(res["scale"], res["curves"], out / "diagnostics_why_sqrt_d.png")
+    res["no_scale"] = E.no_scale_regime()
+    for r in res["no_scale"]["rows"]:
+        print(f"no scale: lr {r['lr']:g} seed {r['seed']} {r['scale']:8s} final loss "
+              f"{r['final_loss']:.3f}, largest logit {r['max_logit']:.0f}", flush=True)
+    pick = {r["scale"]: r for r in res["no_scale"]["rows"] if r["lr"] == 3e-3 and r["seed"] == 0}
+    curves = {"d_k": res["no_scale"]["d_k"], **{k: {"loss": v["loss"]} for k, v in pick.items()}}
+    P.save_why_sqrt_d(res["scale"], curves, out / "diagnostics_why_sqrt_d.png")
     print("scale sweep:", json.dumps(res["scale"]), flush=True)
-    for tag in ("scaled", "unscaled"):
-        c = res["curves"][tag]["loss"]
-        first = next((i for i, v in enumerate(c) if v < 0.5), None)
-        print(f"  {tag}: loss at steps 0/30/60/149 = {c[0]:.2f}/{c[30]:.2f}/{c[60]:.2f}/"
-              f"{c[149]:.3f}, first below 0.5 at step {first}, largest logit "
-              f"{max(res['curves'][tag]['max_logit']):.0f}", flush=True)
     res["temperature"] = E.temperature_sweep()
     P.save_temperature(res["temperature"], out / "diagnostics_temperature.png")
     for r in res["temperature"]["rows"]:
@@ -100,8 +94,13 @@ def main() -> None:
     P.save_ln_depth(res["ln_depth"], out / "diagnostics_ln_depth.png")
     for tag in ("post", "pre"):
         for depth, norms in res["ln_depth"][tag].items():
-            print(f"{tag}-LN {depth} layers: first {norms[0]:.3f}, last {norms[-1]:.3f}, "
-                  f"last/first {norms[-1] / norms[0]:.2f}", flush=True)
+            print(f"{tag}-LN {depth} layers: W2 gradient first {norms[0]:.3f}, last "
+                  f"{norms[-1]:.3f}, max {max(norms):.3f}", flush=True)
+    res["ln_training"] = E.ln_training()
+    P.save_ln_training(res["ln_training"], out / "diagnostics_ln_training.png")
+    for r in res["ln_training"]["rows"]:
+        print(f"LN training: {r['norm']}-LN warm-up {r['warmup']} seed {r['seed']}: final loss "
+              f"{r['final_loss']:.3f}", flush=True)
     res["monitor"] = monitor_overhead()
     print("monitor overhead:", res["monitor"], flush=True)
     if args.json:

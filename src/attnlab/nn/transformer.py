@@ -31,8 +31,8 @@ update to the residual stream L times over) and multiplies the matrices that wri
 residual stream (``self_attn.out_proj`` and ``ff.linear2``) by ``1 / sqrt(2 L)`` (Radford et al.
 2019, GPT-2: the weights of residual layers scaled by 1/sqrt(N), N = 2L residual sub-layers).
 Measured on a pre-LN stack (d 64, docs/diagnostics.md): the residual stream's variance at the
-output grows 4.2x / 17x / 74x over the input's at 6 / 12 / 24 copied layers, 1.05x / 1.08x /
-1.16x with ``init="scaled"``.
+output grows 4.0x / 16x / 71x over the input's at 6 / 12 / 24 copied layers, 1.09x / 1.13x /
+1.19x with ``init="scaled"`` (tests/explain/test_math_sections.py checks 12 layers).
 """
 
 from __future__ import annotations

@@ -128,25 +128,69 @@ def save_logit_growth(result: dict, paths) -> None:
 
 
 def draw_ln_depth(result: dict, axes):
-    """Per-layer gradient norms at initialization, post-LN beside pre-LN. Drawn into ``axes``
-    (one per panel); returns them."""
+    """Gradient norm of each layer's feed-forward W2 at initialisation, post-LN beside pre-LN,
+    and the last layer's against depth. Drawn into ``axes`` (three panels); returns them."""
     colors = [BLUE, ORANGE, GREEN, RED]
+    depths = result["depths"]
+
+    def norms(tag, depth):
+        return result[tag][depth] if depth in result[tag] else result[tag][str(depth)]
     for ax, tag, title in ((axes[0], "post", "post-LN"), (axes[1], "pre", "pre-LN")):
-        for depth, c in zip(result["depths"], colors):
-            norms = result[tag][depth] if depth in result[tag] else result[tag][str(depth)]
-            ax.plot(range(1, len(norms) + 1), norms, "o-", ms=3, color=c,
-                    label=f"{depth} layers")
-        ax.set(xlabel="layer (1 = input side)", title=title)
+        for depth, c in zip(depths, colors):
+            v = norms(tag, depth)
+            ax.plot(range(1, len(v) + 1), v, "o-", ms=3, color=c, label=f"{depth} layers")
+        ax.set(xlabel="layer (1 = input side)", title=title, ylim=(0, None))
         ax.legend(fontsize=8)
-    axes[0].set_ylabel("gradient norm of the layer's parameters")
-    _fig(axes).suptitle("Gradient norms at initialization (Xiong et al. 2020)", fontsize=10)
+    axes[1].sharey(axes[0])
+    axes[0].set_ylabel("‖∂loss/∂W2‖ (mean of seeds)")
+    ax = axes[2]
+    for tag, color, label in (("post", RED, "post-LN"), ("pre", BLUE, "pre-LN")):
+        ax.plot(depths, [norms(tag, d)[-1] for d in depths], "o-", color=color, label=label)
+    first = norms("pre", depths[0])[-1]
+    ax.plot(depths, [first * math.sqrt(depths[0] / d) for d in depths], ":", color=GREY,
+            label="∝ 1/√L")
+    ax.set(xscale="log", xlabel="depth L", title="last layer's W2 gradient", ylim=(0, None))
+    ax.minorticks_off()
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.legend(fontsize=8)
+    _fig(axes).suptitle(f"Feed-forward gradients at initialisation ({len(result['seeds'])} "
+                        "seeds; Xiong et al. 2020, Theorem 1)", fontsize=10)
     return axes
 
 
 def save_ln_depth(result: dict, paths) -> None:
     """:func:`draw_ln_depth` written to ``paths`` (one or several formats)."""
-    with figure(paths, figsize=(9.0, 3.6)) as fig:
-        draw_ln_depth(result, fig.subplots(1, 2, sharey=True))
+    with figure(paths, figsize=(12.0, 3.6)) as fig:
+        draw_ln_depth(result, fig.subplots(1, 3))
+
+
+def draw_ln_training(result: dict, axes):
+    """Loss curves of post-LN (each warm-up) and pre-LN at depth, one thin line per seed, one
+    panel per configuration. Drawn into ``axes``; returns them."""
+    configs = []
+    for r in result["rows"]:
+        if (r["norm"], r["warmup"]) not in configs:
+            configs.append((r["norm"], r["warmup"]))
+    for ax, (norm, warm) in zip(axes, configs):
+        rows = [r for r in result["rows"] if (r["norm"], r["warmup"]) == (norm, warm)]
+        color = BLUE if norm == "pre" else RED
+        for r in rows:
+            ax.plot(r["loss"], color=color, lw=0.9, alpha=0.8)
+        trained = sum(r["trained"] for r in rows)
+        ax.axhline(math.log(16), color=GREY, ls=":", lw=1)
+        ax.set(yscale="log", xlabel="step", title=f"{norm}-LN, warm-up {warm}: "
+               f"{trained}/{len(rows)} trained")
+    axes[0].set_ylabel("loss (log; dotted: chance)")
+    _fig(axes).suptitle(f"{result['depth']} layers, Adam lr {result['lr']:g}, one line per "
+                        "seed", fontsize=10)
+    return axes
+
+
+def save_ln_training(result: dict, paths) -> None:
+    """:func:`draw_ln_training` written to ``paths`` (one or several formats)."""
+    n = len({(r["norm"], r["warmup"]) for r in result["rows"]})
+    with figure(paths, figsize=(3.2 * n, 3.2)) as fig:
+        draw_ln_training(result, fig.subplots(1, n, sharey=True))
 
 
 def draw_monitor(monitor, axes):
