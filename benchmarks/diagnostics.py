@@ -1,6 +1,6 @@
 """The experiments of docs/diagnostics.md, full size, with their figures and numbers.
 
-    python benchmarks/diagnostics.py                      # about 10 minutes on 2 cores
+    python benchmarks/diagnostics.py                      # about 12 minutes on 2 cores
     python benchmarks/diagnostics.py --out /tmp/diag      # figures and results.json there
 
 Also measures the training monitor's overhead (time per step with and without it at its

@@ -22,6 +22,12 @@ class CaseResult:
     smallest: str | None = None           # the smallest failing input, described
     skipped: bool = False
 
+    def __str__(self) -> str:
+        verdict = "skipped" if self.skipped else "pass" if self.passed else "FAIL"
+        return (f"{self.case} [{self.dtype}]: {verdict}" + (f": {self.detail}" if self.detail
+                                                            and not self.passed else "")
+                + (f"; smallest failing input: {self.smallest}" if self.smallest else ""))
+
 
 @dataclass
 class CheckReport:
@@ -73,8 +79,6 @@ class CheckReport:
     def raise_for_failures(self) -> None:
         """Raise an AssertionError listing every failing case and its smallest failing input."""
         if self.failures:
-            lines = [f"{r.case} [{r.dtype}]: {r.detail}"
-                     + (f"; smallest failing input: {r.smallest}" if r.smallest else "")
-                     for r in self.failures]
+            lines = [str(r) for r in self.failures]
             raise AssertionError(f"{self.name} failed {len(self.failures)} of "
                                  f"{len(self.results)} cases:\n  " + "\n  ".join(lines))
