@@ -68,8 +68,8 @@ def test_backtest_refit_fits_a_model_at_every_origin():
     by_hand = AttentionForecaster(**kw).fit(y[:t]).predict()
     assert np.array_equal(every.forecasts["attention"][-1], by_hand)
     assert every.model.n_obs_ == int(every.origins[0])
-    with pytest.raises(ValueError, match="seasonal_naive, naive, ets, ar"):
-        AttentionForecaster(**kw).backtest(y, n_origins=3, baselines=("arima",))
+    with pytest.raises(ValueError, match="seasonal_naive, naive, drift, ets, ar, arima"):
+        AttentionForecaster(**kw).backtest(y, n_origins=3, baselines=("sarima",))
 
 
 def test_ar_baseline_recovers_an_autoregression():

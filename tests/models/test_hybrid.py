@@ -32,18 +32,73 @@ def test_the_ets_filter_is_statsmodels_holt_winters(season):
 
 
 def test_the_ar_recursion_is_statsmodels_autoreg():
-    y = _series(200)
-    base = B.AR.fit(y[:150], 12)
-    assert np.allclose(base.forecasts(y, [150], 12)[0], ar_forecast(y[:150], 12, 12))
+    from statsmodels.tsa.ar_model import AutoReg
+    rng = np.random.default_rng(0)
+    y = np.zeros(200)
+    for t in range(2, 200):                                       # a stationary AR(2)
+        y[t] = 1.0 + 0.6 * y[t - 1] - 0.3 * y[t - 2] + rng.normal()
+    base = B.AR.fit(y[:150], 1)
+    assert base.diff == 0
+    ref = AutoReg(y[:150], lags=base.lags, trend="c").fit().predict(150, 161)
+    assert np.allclose(base.forecasts(y, [150], 12)[0], ref)
+    assert np.allclose(base.forecasts(y, [150], 12)[0], ar_forecast(y[:150], 12, 1))
     many = base.forecasts(y, [120, 150], 5)                       # any origins at once
     assert many.shape == (2, 5) and np.allclose(many[1], base.forecasts(y, [150], 5)[0])
 
 
-def test_auto_picks_the_candidate_with_the_lowest_validation_error():
+def test_a_random_walk_is_differenced_not_extrapolated():
+    from statsmodels.tsa.ar_model import AutoReg
+    rng = np.random.default_rng(3)
+    y = 100 * np.exp(np.cumsum(0.01 + 0.05 * rng.normal(size=240)))  # a price: unit root
+    base = B.AR.fit(y, 1)
+    assert base.diff == 1 and base.stationary()
+    ref = AutoReg(np.diff(y), lags=base.lags, trend="c").fit().predict(239, 250)
+    assert np.allclose(base.forecasts(y, [240], 12)[0], y[-1] + np.cumsum(ref))
+    levels = B.AR._fit(y, 1, 0)                                   # the old fit, for contrast
+    assert not levels.stationary() or levels.coefs and sum(levels.coefs) > 0.95
+
+
+@pytest.mark.parametrize("name", ["drift", "arima", "theta", "combination"])
+@pytest.mark.parametrize("season", [12, 1])
+def test_the_new_bases_forecast_from_any_origin_and_round_trip(name, season):
+    y = _series(200)
+    base = B.fit_base(name, y[:150], season)
+    one = base.forecasts(y[:150], np.array([150]), 12)[0]
+    # the filter over a longer series gives the same forecast at the same origin
+    assert np.allclose(base.forecasts(y, np.array([150]), 12)[0], one, atol=1e-8)
+    st = base.state_before(y, 90)                               # carried to the middle
+    assert np.allclose(base.forecasts(y[90:], np.array([60]), 12, st)[0], one, atol=1e-8)
+    again = B.base_from_dict(base.to_dict())
+    assert np.allclose(again.forecasts(y[:150], np.array([150]), 12)[0], one)
+
+
+def test_arima_and_theta_equal_statsmodels_at_the_fitted_end():
+    from statsmodels.tsa.arima.model import ARIMA
+    from statsmodels.tsa.forecasting.theta import ThetaModel
+    y = _series(200)
+    a = B.ARIMA.fit(y, 12)
+    ref = ARIMA(y, order=a.order, seasonal_order=a.seasonal_order, trend=a.trend).filter(
+        np.asarray(a.params)).forecast(12)
+    assert np.allclose(a.forecasts(y, np.array([200]), 12)[0], ref)
+    t = B.Theta.fit(y, 12)
+    assert np.allclose(t.forecasts(y, np.array([200]), 12)[0],
+                       ThetaModel(y, period=12).fit().forecast(12).to_numpy())
+    c = B.fit_base("combination", y, 12)
+    parts = [p.forecasts(y, np.array([200]), 12)[0] for p in c.parts]
+    assert np.allclose(c.forecasts(y, np.array([200]), 12)[0], np.median(parts, axis=0))
+
+
+def test_auto_picks_the_candidate_with_the_lowest_rolling_origin_error():
     y = _series(240)
     name, scores = B.choose_base(y, 12, 12)
     assert set(scores) == set(B.CANDIDATES) and name == min(scores, key=scores.get)
     assert scores["seasonal_naive"] > scores["ets"]              # a trend: naive lags
+    # the score is the refitted candidates' error at the last three origins, as a backtest
+    errs = []
+    for o in (204, 216, 228):
+        f = B.fit_base("ets", y[:o], 12).forecasts(y[:o], np.array([o]), 12)[0]
+        errs.append(np.mean(np.abs(f - y[o:o + 12])))
+    assert np.isclose(scores["ets"], np.mean(errs) / np.mean(np.abs(np.diff(y[:204]))))
 
 
 @pytest.mark.parametrize("base", ["seasonal_naive", "ets", "ar", "none"])
@@ -81,7 +136,7 @@ def test_mean_pooling_weighs_every_step_alike_and_says_so():
 
 def test_bad_base_or_pool_names_the_argument():
     with pytest.raises(ValueError, match="base must be one of"):
-        AttentionForecaster(base="arima").fit(_series())
+        AttentionForecaster(base="sarimax").fit(_series())
     with pytest.raises(ValueError, match="pool must be"):
         AttentionForecaster(pool="max").fit(_series())
 
@@ -108,7 +163,7 @@ def test_the_new_bundled_series(name, n, season):
 def test_fit_forecast_refuses_an_unknown_base_in_one_line(capsys, tmp_path):
     from attnlab.cli import main
 
-    assert main(["fit", "forecast", "--example", "unemployment", "--base", "arima",
+    assert main(["fit", "forecast", "--example", "unemployment", "--base", "sarimax",
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "base must be one of" in err[0]

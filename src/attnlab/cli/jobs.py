@@ -29,6 +29,18 @@ def _quiet(_: str) -> None:
 MARKER = ".attnlab-run"
 
 
+def check_out(out) -> None:
+    """Refuse a bad ``--out`` before any work: a file, or a folder attnlab did not write that
+    holds anything (the same rule :func:`result_folder` applies when it writes)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file; give a folder (a new one, or one an "
+                         "earlier attnlab run wrote)")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise ValueError(f"--out {str(out)!r} holds files attnlab did not write; give a new or "
+                         "empty folder (a run replaces its --out folder whole)")
+
+
 @contextmanager
 def result_folder(out: Path):
     """A temporary folder beside ``out`` that replaces it whole when the run succeeds, so a
@@ -36,9 +48,7 @@ def result_folder(out: Path):
     folder as it was, never new files beside an old model). A folder attnlab did not write
     (no marker file) that holds anything is refused rather than replaced."""
     out = Path(out)
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise ValueError(f"--out {str(out)!r} holds files attnlab did not write; give a new or "
-                         "empty folder (a run replaces its --out folder whole)")
+    check_out(out)
     with atomic_path(out, folder=True) as tmp:
         (tmp / MARKER).write_text("written by attnlab; the folder is replaced by the next run\n")
         yield tmp
@@ -180,13 +190,23 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     )
 
     out = Path(out)
+    check_out(out)
     model = AttentionForecaster(horizon=horizon, season=season, **params)
     say(f"backtest: {n_origins} origins, horizon {horizon}, encoder {model.encoder}"
         + (", refitted at every origin" if refit else ""))
     bt = model.backtest(y, X, n_origins=n_origins, refit=refit)
+    evaluated = bt.model.base_name_
+    if model.base == "auto":                 # the saved model is the evaluated configuration
+        model.set_params(base=evaluated)
+        say(f"base: {evaluated} (auto's choice before the first origin; the saved model and "
+            "its forecast use it too)")
     say("fitting the final model on the whole series")
     model.fit(y, X)
-    future = model.predict()
+    if not model.network_in_use_:
+        say(f"the network's correction is off (w = 0 on the validation windows): the forecast "
+            f"is the {model.base_name_} base alone")
+    future, lo80, hi80 = model.predict_interval(level=0.8)
+    _, lo95, hi95 = model.predict_interval(level=0.95)
     first_w = model.attention_
     index = getattr(y, "index", None)
     dates = _future_index(index, horizon)
@@ -194,8 +214,9 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
                "season": season, "lookback": model.effective_lookback, "encoder": model.encoder,
                "n_origins": n_origins, "refit": refit,
                "origins": [time_label(index, t) for t in bt.origins],
-               "base": model.base, "base_backtest": bt.model.base_name_,
-               "base_final": model.base_name_, "base_validation_mae": model.base_scores_,
+               "base": params.get("base", "auto"), "base_backtest": evaluated,
+               "base_final": model.base_name_, "base_scores": bt.model.base_scores_,
+               "network_weight_w": model.shrink_, "network_in_use": bool(model.network_in_use_),
                "backtest": bt.metrics, "epochs_final": model.history_.epochs,
                "best_epoch_final": model.history_.best_epoch,
                "forecast": {"step": list(range(1, horizon + 1)), "value": future.tolist(),
@@ -206,11 +227,13 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
         _paper_folder(d / "paper", bt, index, name)
         write_text_atomic(d / "forecast.csv", pd.DataFrame(
             {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
-             "forecast": future}).to_csv(index=False))
+             "forecast": future, "lower_80": lo80, "upper_80": hi80, "lower_95": lo95,
+             "upper_95": hi95}).to_csv(index=False))
         figs = [save_backtest(y, bt, d / "backtest.png", name),
                 save_forecast_attention(bt, d / "attention.png", index, name),
                 save_future(y, future, first_w, model.effective_lookback, d / "forecast.png",
-                            name, dates=dates, bt=bt)]
+                            name, dates=dates, bt=bt,
+                            intervals={0.8: (lo80, hi80), 0.95: (lo95, hi95)})]
         write_text_atomic(d / "model.tex", model.to_latex())
         write_text_atomic(d / "model.md", model.to_markdown())
         model.save(d / "model")
@@ -251,6 +274,7 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     from attnlab.plots.tabular import save_feature_attention, save_importance
 
     out = Path(out)
+    check_out(out)
     if isinstance(X, pd.DataFrame):
         strings = [c for c in X.columns if X[c].dtype == object or pd.api.types.is_string_dtype(
             X[c]) or pd.api.types.is_bool_dtype(X[c])]
@@ -304,6 +328,7 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
     from attnlab.plots.graph import save_attention_matrix, save_graph
 
     out = Path(out)
+    check_out(out)
     if karate_seeds:
         study = karate_study(n_seeds=karate_seeds, **params)
         mask = np.zeros(graph.num_nodes, dtype=bool)

@@ -62,6 +62,7 @@ def paper_cmd(
         name = target
         season = season or readers.season_of(y.index)
         horizon, origins = horizon or (season or 12), origins or 10
+    jobs.check_out(out)                      # before minutes of fitting
     epochs = 15 if quick else 300
     n_seeds = min(seeds, 2) if quick else seeds
     model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
@@ -73,13 +74,16 @@ def paper_cmd(
                       progress=None)
     L = model.effective_lookback
     grid = {"lookback": [max(2, L // 2), L] + ([] if quick else [L + L // 2]),
-            "hidden_size": [16, 32] + ([] if quick else [64]),
-            "seed": list(range(n_seeds))}
-    sens = {}
+            "hidden_size": [16, 32] + ([] if quick else [64])}
+    # the seed row is the ablation's own (same model, same origins): not fitted again
+    sens = {"seed": list(zip(range(n_seeds), ab.mase["base + attention"]))}
     with working("sensitivity: lookback, hidden size, seed"):
         for key, vals in grid.items():
             rows = []
             for v in vals:
+                if v == getattr(model, key if key != "lookback" else "effective_lookback"):
+                    rows.append((v, bt.metrics["attention"]["MASE"]))   # the backtest itself
+                    continue
                 m = model.__class__(**{**model.get_params(), key: v})
                 try:
                     r = rolling_origin(m, values, None, n_origins=origins, baselines=())

@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.base import clone
 
 from attnlab.models.baselines import BASELINES, forecast_errors
+from attnlab.models.bases import COMBINED
 
 
 @dataclass
@@ -90,8 +91,13 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
             model = clone(forecaster).fit(y[:t], xt)
         fc["attention"].append(model.predict(H, y[:t], xt))
         weights.append(model.attention_)
+        made = {}
         for name in baselines:
-            fc[name].append(BASELINES[name](y[:t], H, m))
+            if name == "combination" and all(c in made for c in COMBINED):
+                made[name] = np.median(np.stack([made[c] for c in COMBINED]), axis=0)
+            else:                           # the median of the components already run
+                made[name] = BASELINES[name](y[:t], H, m)
+            fc[name].append(made[name])
     forecasts = {k: np.stack(v) for k, v in fc.items()}
     metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
     return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first)

@@ -1,8 +1,9 @@
 """Baselines the applied models are measured against.
 
-Forecasting (the rolling-origin backtest): seasonal naive, statsmodels' Holt-Winters ETS and
-autoregression, and MAE / RMSE / MAPE / MASE. Tables: scikit-learn's usual first models, a
-linear one and histogram gradient boosting (:func:`tabular_baselines`)."""
+Forecasting (the rolling-origin backtest): seasonal naive, naive, drift, statsmodels'
+Holt-Winters ETS, autoregression, ARIMA and Theta, their median combination (the last four
+through :mod:`attnlab.models.bases`), and MAE / RMSE / MAPE / MASE. Tables: scikit-learn's
+usual first models, a linear one and histogram gradient boosting (:func:`tabular_baselines`)."""
 
 from __future__ import annotations
 
@@ -38,16 +39,13 @@ def ets_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
 
 def ar_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
     """statsmodels AutoReg with a constant, its order chosen by AIC up to two seasons (at
-    least 12, at most a quarter of the history), forecast recursively. The classical model
-    for cyclic series without a fixed period (Yule 1927 fitted one to the sunspot numbers)."""
-    from statsmodels.tsa.ar_model import AutoReg, ar_select_order
+    least 12, at most a quarter of the history), forecast recursively; on first differences
+    when an ADF test does not reject a unit root or the levels' fit is explosive (the ``ar``
+    base of :mod:`attnlab.models.bases`). The classical model for cyclic series without a fixed
+    period (Yule 1927 fitted one to the sunspot numbers)."""
+    from attnlab.models.bases import AR
 
-    maxlag = max(1, min(max(2 * season, 12), len(history) // 4))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lags = ar_select_order(history, maxlag=maxlag, ic="aic", trend="c").ar_lags
-        fit = AutoReg(history, lags=lags or 0, trend="c").fit()
-        return np.asarray(fit.predict(start=len(history), end=len(history) + horizon - 1))
+    return AR.fit(history, season).forecasts(history, np.array([len(history)]), horizon)[0]
 
 
 def naive_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
@@ -55,9 +53,26 @@ def naive_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray
     return seasonal_naive(history, horizon, 1)
 
 
+def _base_forecast(name: str):
+    def forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+        from attnlab.models.bases import fit_base
+        base = fit_base(name, history, season)
+        return base.forecasts(history, np.array([len(history)]), horizon)[0]
+    forecast.__name__ = f"{name}_forecast"
+    forecast.__doc__ = (f"The ``{name}`` base of :mod:`attnlab.models.bases`, fitted on the "
+                        "history and forecast from its end.")
+    return forecast
+
+
+drift_forecast = _base_forecast("drift")
+arima_forecast = _base_forecast("arima")
+theta_forecast = _base_forecast("theta")
+combination_forecast = _base_forecast("combination")
+
 #: The baselines a backtest can run, by name: ``f(history, horizon, season) -> (horizon,)``.
-BASELINES = {"seasonal_naive": seasonal_naive, "naive": naive_forecast, "ets": ets_forecast,
-             "ar": ar_forecast}
+BASELINES = {"seasonal_naive": seasonal_naive, "naive": naive_forecast, "drift": drift_forecast,
+             "ets": ets_forecast, "ar": ar_forecast, "arima": arima_forecast,
+             "theta": theta_forecast, "combination": combination_forecast}
 
 
 def forecast_errors(actual: np.ndarray, forecast: np.ndarray, scale: float) -> dict[str, float]:

@@ -7,12 +7,24 @@ This is the arrangement of Smyl's ES-RNN, which won the M4 competition (Smyl 202
 exponential-smoothing model for level and season, a recurrent network for what they miss.
 
 * ``seasonal_naive`` / ``naive``: the last season (the last value) repeated.
+* ``drift``: the last value plus the history's average step (a random walk with drift).
 * ``ets``: Holt-Winters, additive damped trend, additive season when two seasons exist;
   parameters by statsmodels' maximum likelihood (the same model as the ``ets`` baseline).
-* ``ar``: AutoReg with a constant, order by AIC (the same model as the ``ar`` baseline).
+* ``ar``: AutoReg with a constant, order by AIC; on first differences when an augmented
+  Dickey-Fuller test does not reject a unit root or the levels' fit is explosive (an AR on the
+  levels of a random walk extrapolates exponential growth).
+* ``arima``: statsmodels ARIMA, d by the ADF test, seasonal D = 1 when the season is strong
+  (STL, Wang, Smith & Hyndman 2006), (p, q) by AIC over a small grid; forecasts from any
+  origin come from its Kalman filter's predicted states.
+* ``theta``: the Theta method (Assimakopoulos & Nikolopoulos 2000) as statsmodels fits it
+  (SES plus half the linear trend, seasonally adjusted by classical decomposition when an
+  autocorrelation test finds a season); equal to SES with drift (Hyndman & Billah 2003).
+* ``combination``: the median of ets, arima and theta forecasts (combinations are hard to beat:
+  Makridakis et al. 2020, M4; Petropoulos & Svetunkov 2020).
 * ``none``: the training mean, i.e. no base: the network predicts the series itself.
-* ``auto``: the one of seasonal_naive, ets and ar with the lowest MAE on the last part of the
-  training series, each fitted on what precedes it (:func:`choose_base`).
+* ``auto``: the candidate with the lowest error over several rolling origins at the end of the
+  training series, each candidate refitted at every origin as the test refits it
+  (:func:`choose_base`).
 """
 
 from __future__ import annotations
@@ -22,8 +34,10 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-BASES = ("seasonal_naive", "naive", "ets", "ar", "none", "auto")
-CANDIDATES = ("seasonal_naive", "ets", "ar")
+BASES = ("seasonal_naive", "naive", "drift", "ets", "ar", "arima", "theta", "combination",
+         "none", "auto")
+CANDIDATES = ("seasonal_naive", "drift", "ets", "arima", "theta", "combination")
+COMBINED = ("ets", "arima", "theta")
 
 
 class Base(ABC):
@@ -95,18 +109,30 @@ class Mean(Base):
 
 
 class AR(Base):
-    """``y_t = c + sum_i phi_i y_{t - lag_i}``, forecast recursively."""
+    """``y_t = c + sum_i phi_i y_{t - lag_i}``, forecast recursively; with ``diff = 1`` the same
+    on the first differences ``y_t - y_{t-1}``, whose forecasts are summed back onto the last
+    value."""
 
     name = "ar"
 
-    def __init__(self, const: float, lags: list[int], coefs: list[float]):
+    def __init__(self, const: float, lags: list[int], coefs: list[float], diff: int = 0):
         self.const, self.lags, self.coefs = float(const), [int(x) for x in lags], \
             [float(x) for x in coefs]
-        self.history = max(self.lags, default=1)
+        self.diff = int(diff)
+        self.history = max(self.lags, default=1) + self.diff
 
     @classmethod
     def fit(cls, y: np.ndarray, season: int) -> "AR":
-        """Fit the autoregression on ``y`` (statsmodels AutoReg); returns self."""
+        """Fit the autoregression on ``y`` (statsmodels AutoReg), on its differences when the
+        levels look non-stationary (:func:`needs_difference`, or an explosive fit)."""
+        diff = int(needs_difference(y))
+        fit = cls._fit(np.diff(y) if diff else y, season, diff)
+        if not diff and not fit.stationary():
+            fit = cls._fit(np.diff(y), season, 1)
+        return fit
+
+    @classmethod
+    def _fit(cls, y, season, diff):
         from statsmodels.tsa.ar_model import AutoReg, ar_select_order
 
         maxlag = max(1, min(max(2 * season, 12), len(y) // 4))
@@ -115,23 +141,278 @@ class AR(Base):
             lags = ar_select_order(y, maxlag=maxlag, ic="aic", trend="c").ar_lags or []
             res = AutoReg(y, lags=lags or 0, trend="c").fit()
         params = np.asarray(res.params, dtype=float)
-        return cls(params[0], list(lags), list(params[1:]))
+        return cls(params[0], list(lags), list(params[1:]), diff)
+
+    def stationary(self) -> bool:
+        """Whether every root of the AR polynomial lies outside the unit circle."""
+        if not self.lags:
+            return True
+        poly = np.zeros(max(self.lags) + 1)
+        poly[0] = 1.0
+        for c, lag in zip(self.coefs, self.lags):
+            poly[lag] -= c
+        roots = np.roots(poly[::-1])
+        return bool(np.all(np.abs(roots) > 1.0 + 1e-6))
 
     def forecasts(self, y, ends, horizon, state=None):
         """Forecasts of the next ``horizon`` steps from every window end, parameters fixed."""
         ends = np.asarray(ends)
-        p = self.history
-        buf = np.concatenate([y[ends[:, None] - p + np.arange(p)[None, :]],
-                              np.zeros((len(ends), horizon))], axis=1)        # (W, p + H)
+        p = self.history - self.diff
+        if self.diff:
+            lv = y[ends[:, None] - p - 1 + np.arange(p + 1)[None, :]]            # (W, p + 1)
+            start = np.diff(lv, axis=1)
+        else:
+            start = y[ends[:, None] - p + np.arange(p)[None, :]]
+        buf = np.concatenate([start, np.zeros((len(ends), horizon))], axis=1)  # (W, p + H)
         for h in range(horizon):
             t = p + h
             buf[:, t] = self.const + sum(c * buf[:, t - lag]
                                          for c, lag in zip(self.coefs, self.lags))
-        return buf[:, p:]
+        out = buf[:, p:]
+        if self.diff:
+            out = y[ends - 1][:, None] + np.cumsum(out, axis=1)
+        return out
 
     def to_dict(self):
         """The fitted parameters as plain values."""
-        return {"name": self.name, "const": self.const, "lags": self.lags, "coefs": self.coefs}
+        return {"name": self.name, "const": self.const, "lags": self.lags, "coefs": self.coefs,
+                "diff": self.diff}
+
+
+def needs_difference(y: np.ndarray, alpha: float = 0.05) -> bool:
+    """An augmented Dickey-Fuller test (statsmodels ``adfuller``, constant, lag by AIC): True
+    when it does not reject a unit root at ``alpha``."""
+    from statsmodels.tsa.stattools import adfuller
+
+    if len(y) < 12 or np.ptp(y) == 0:
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bool(adfuller(y, regression="c", autolag="AIC")[1] > alpha)
+
+
+class Drift(Base):
+    """The last value plus the average step of the history: ``y_T + h (y_T - y_1) / (T - 1)``.
+    Its state is the history's first value and the number of steps before the given series."""
+
+    name = "drift"
+    history = 2
+
+    def state_before(self, y, t: int):
+        """The first value of the series and the position ``t``."""
+        return (float(y[0]), int(t))
+
+    def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end."""
+        ends = np.asarray(ends)
+        first, before = (float(y[0]), 0) if state is None else state
+        steps = np.maximum(ends - 1 + before, 1)
+        slope = (y[ends - 1] - first) / steps
+        return y[ends - 1][:, None] + slope[:, None] * np.arange(1, horizon + 1)[None, :]
+
+
+class ARIMA(Base):
+    """statsmodels ARIMA with fixed parameters; forecasts from any origin come from the Kalman
+    filter's predicted state there, rolled forward by the transition matrix."""
+
+    name = "arima"
+    history = 1
+
+    def __init__(self, order, seasonal_order, trend, params):
+        self.order = tuple(int(x) for x in order)
+        self.seasonal_order = tuple(int(x) for x in seasonal_order)
+        self.trend = trend
+        self.params = [float(x) for x in params]
+
+    def _model(self, y):
+        from statsmodels.tsa.arima.model import ARIMA as _ARIMA
+        return _ARIMA(y, order=self.order, seasonal_order=self.seasonal_order, trend=self.trend)
+
+    @classmethod
+    def fit(cls, y: np.ndarray, season: int, order=None) -> "ARIMA":
+        """d by the ADF test (after a seasonal difference when the season is strong), then
+        (p, q) by AIC in {(0,1), (1,0), (1,1), (2,0)}; seasonally differenced, the airline
+        model's MA(1) x seasonal MA(1) (Box & Jenkins), one fit. ``order`` = (p, d, q, D)
+        skips the search."""
+        from statsmodels.tsa.arima.model import ARIMA as _ARIMA
+
+        m = season if season > 1 and len(y) >= 3 * season else 0
+        if order is None:
+            big_d = int(m > 0 and seasonal_strength(y, m) > 0.64)
+            z = y[m:] - y[:-m] if big_d else y
+            d = int(needs_difference(z))
+            grid = [(0, 1)] if big_d else [(0, 1), (1, 0), (1, 1), (2, 0)]
+        else:
+            p0, d, q0, big_d = order
+            grid = [(p0, q0)]
+        seasonal = (0, big_d, 1 if big_d else 0, m) if big_d else (0, 0, 0, 0)
+        trend = "c" if d + big_d == 0 else "n"
+        best = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for p, q in grid:
+                try:
+                    res = _ARIMA(y, order=(p, d, q), seasonal_order=seasonal,
+                                 trend=trend).fit(method="innovations_mle")
+                except (ValueError, np.linalg.LinAlgError):
+                    continue
+                if np.isfinite(res.aic) and (best is None or res.aic < best[0]):
+                    best = (res.aic, (p, d, q), res.params)
+        if best is None:
+            raise ValueError("ARIMA could not be fitted on this series")
+        return cls(best[1], seasonal, trend, np.asarray(best[2]))
+
+    @property
+    def spec(self) -> tuple[int, int, int, int]:
+        """(p, d, q, D): what a refit at another origin keeps."""
+        return (*self.order, self.seasonal_order[1])
+
+    def _filtered(self, y, state):
+        mod = self._model(y)
+        if state is not None:
+            mod.ssm.initialize_known(np.asarray(state[0]), np.asarray(state[1]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return mod, mod.filter(np.asarray(self.params))
+
+    def state_before(self, y, t: int):
+        """The filter's predicted state and its covariance at step ``t``."""
+        if t == 0:
+            return None
+        _, res = self._filtered(y[:t + 1], None)
+        fr = res.filter_results
+        return (fr.predicted_state[:, t].tolist(), fr.predicted_state_cov[:, :, t].tolist())
+
+    def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end, parameters fixed."""
+        ends = np.asarray(ends)
+        mod, res = self._filtered(y, state)
+        z = np.asarray(mod.ssm["design"]).reshape(1, -1)
+        tr = np.asarray(mod.ssm["transition"])
+        tr = tr[:, :, 0] if tr.ndim == 3 else tr
+        d = float(np.asarray(mod.ssm["obs_intercept"]).ravel()[0])
+        c = np.asarray(mod.ssm["state_intercept"]).reshape(len(tr), -1)[:, 0]
+        a = res.filter_results.predicted_state[:, ends]                       # (k, W)
+        out = np.empty((len(ends), horizon))
+        for h in range(horizon):
+            out[:, h] = (z @ a)[0] + d
+            a = tr @ a + c[:, None]
+        return out
+
+    def to_dict(self):
+        """The fitted parameters as plain values."""
+        return {"name": self.name, "order": list(self.order),
+                "seasonal_order": list(self.seasonal_order), "trend": self.trend,
+                "params": self.params}
+
+
+def seasonal_strength(y: np.ndarray, m: int) -> float:
+    """Strength of the season, ``max(0, 1 - Var(remainder) / Var(season + remainder))`` of an
+    STL decomposition (statsmodels; Wang, Smith & Hyndman 2006)."""
+    from statsmodels.tsa.seasonal import STL
+
+    if m < 2 or len(y) < 2 * m + 1:
+        return 0.0
+    res = STL(y, period=m, robust=True).fit()
+    var = np.var(res.seasonal + res.resid)
+    return float(max(0.0, 1 - np.var(res.resid) / var)) if var > 0 else 0.0
+
+
+class Theta(Base):
+    """The Theta method with fixed parameters: ``x`` the seasonally adjusted series, ``l_t`` its
+    simple exponential smoothing (alpha, started at ``x_0``), and
+    ``x_hat(T + h) = l_T + b0 / 2 (h - 1 + 1/alpha - (1 - alpha)^T / alpha)``, re-seasonalized."""
+
+    name = "theta"
+    history = 1
+
+    def __init__(self, alpha, b0, seasons, method, x0):
+        self.alpha, self.b0, self.x0 = float(alpha), float(b0), float(x0)
+        self.seasons = [float(v) for v in seasons]          # index t % m, from the fitted start
+        self.method = method                                  # "mul", "add" (or "none")
+        self.m = len(self.seasons)
+
+    @classmethod
+    def fit(cls, y: np.ndarray, season: int) -> "Theta":
+        """statsmodels ThetaModel (its seasonality test and classical decomposition)."""
+        from statsmodels.tsa.forecasting.theta import ThetaModel
+
+        period = season if season > 1 and len(y) >= 2 * season else 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = ThetaModel(y, period=period)
+            res = model.fit()
+            # the adjusted series and indices ThetaModel forecasts with (its own decomposition)
+            adjusted, seasons = model._deseasonalize_data()
+        method = model._method if len(seasons) else "none"
+        return cls(res.params["alpha"], res.params["b0"], list(seasons), method, adjusted[0])
+
+    def _adjust(self, y, offset):
+        if not self.m:
+            return y
+        s = np.asarray(self.seasons)[(offset + np.arange(len(y))) % self.m]
+        return y / s if self.method == "mul" else y - s
+
+    def _reseason(self, fc, positions):
+        if not self.m:
+            return fc
+        s = np.asarray(self.seasons)[positions % self.m]
+        return fc * s if self.method == "mul" else fc + s
+
+    def state_before(self, y, t: int):
+        """The smoothed level after ``y[:t]`` and ``t``."""
+        if t == 0:
+            return None
+        x = self._adjust(y[:t], 0)
+        return (float(self._levels(x, self.x0)[-1]), int(t))
+
+    def _levels(self, x, start):
+        a, lev = self.alpha, start
+        out = np.empty(len(x))
+        for i, v in enumerate(x):
+            lev = a * v + (1 - a) * lev
+            out[i] = lev
+        return out
+
+    def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end, parameters fixed."""
+        ends = np.asarray(ends)
+        start, before = (self.x0, 0) if state is None else state
+        lev = self._levels(self._adjust(y, before), start)
+        a, h = self.alpha, np.arange(1, horizon + 1)
+        n = ends + before                                       # observations seen, T
+        trend = self.b0 / 2 * (h[None, :] - 1 + 1 / a - ((1 - a) ** n)[:, None] / a)
+        fc = lev[ends - 1][:, None] + trend
+        return self._reseason(fc, n[:, None] + h[None, :] - 1)
+
+    def to_dict(self):
+        """The fitted parameters as plain values."""
+        return {"name": self.name, "alpha": self.alpha, "b0": self.b0, "seasons": self.seasons,
+                "method": self.method, "x0": self.x0}
+
+
+class Combination(Base):
+    """The median, step by step, of its component bases' forecasts."""
+
+    name = "combination"
+
+    def __init__(self, parts: list[Base]):
+        self.parts = list(parts)
+        self.history = max(p.history for p in self.parts)
+
+    def state_before(self, y, t: int):
+        """Every component's state."""
+        return [p.state_before(y, t) for p in self.parts]
+
+    def forecasts(self, y, ends, horizon, state=None):
+        """Forecasts of the next ``horizon`` steps from every window end."""
+        states = state or [None] * len(self.parts)
+        return np.median(np.stack([p.forecasts(y, ends, horizon, s)
+                                   for p, s in zip(self.parts, states)]), axis=0)
+
+    def to_dict(self):
+        """The components' parameters."""
+        return {"name": self.name, "parts": [p.to_dict() for p in self.parts]}
 
 
 class ETS(Base):
@@ -229,40 +510,69 @@ class ETS(Base):
                 "seasons": self.seasons, "season": self.m}
 
 
-def fit_base(name: str, y: np.ndarray, season: int) -> Base:
-    """Fit the base ``name`` (one of :data:`BASES` except ``auto``) on ``y``."""
+def fit_base(name: str, y: np.ndarray, season: int, spec=None) -> Base:
+    """Fit the base ``name`` (one of :data:`BASES` except ``auto``) on ``y``. ``spec``: for
+    ``arima``, the (p, d, q, D) to keep (a refit at another origin)."""
     if name == "seasonal_naive":
         return SeasonalNaive(season)
     if name == "naive":
         return Naive()
+    if name == "drift":
+        return Drift()
     if name == "none":
         return Mean(float(np.mean(y)))
     if name == "ets":
         return ETS.fit(y, season)
     if name == "ar":
         return AR.fit(y, season)
+    if name == "arima":
+        return ARIMA.fit(y, season, spec)
+    if name == "theta":
+        return Theta.fit(y, season)
+    if name == "combination":
+        return Combination([fit_base(p, y, season) for p in COMBINED])
     raise ValueError(f"base must be one of {', '.join(BASES)}, got {name!r}")
 
 
-def choose_base(y: np.ndarray, season: int, horizon: int,
-                val_fraction: float = 0.25) -> tuple[str, dict]:
-    """``auto``: the candidate with the lowest MAE over every forecast origin in the last
-    ``val_fraction`` of ``y`` (at least two horizons), each candidate fitted once on what
-    precedes them and forecasting with its parameters fixed (so many overlapping origins cost
-    one fit). Returns the name and every candidate's MAE."""
-    n_val = max(2 * horizon, int(round(len(y) * val_fraction)))
-    split = len(y) - n_val
-    if split < max(2 * season, 12) + 1:
-        return "seasonal_naive", {}
-    ends = np.arange(split, len(y) - horizon + 1)
-    actual = y[ends[:, None] + np.arange(horizon)[None, :]]
-    scores = {}
-    for name in CANDIDATES:
-        base = fit_base(name, y[:split], season)
-        if split < base.history:
-            continue
-        scores[name] = float(np.mean(np.abs(base.forecasts(y, ends, horizon) - actual)))
-    best = min(scores, key=scores.get) if scores else "seasonal_naive"
+def choose_base(y: np.ndarray, season: int, horizon: int, n_origins: int = 3,
+                candidates: tuple[str, ...] = CANDIDATES) -> tuple[str, dict]:
+    """``auto``: the candidate with the lowest mean absolute error over ``n_origins`` rolling
+    origins at the end of ``y``, ``horizon`` apart, every candidate refitted on the history
+    before each origin (as a backtest refits it; ARIMA keeps the orders chosen at the first
+    origin). The combination is scored from its components' forecasts at the same origins.
+    Returns the name and every candidate's mean error divided by the in-sample MAE of the
+    one-step naive forecast (a MASE). Too short a series for two origins: ``ets`` when two
+    seasons fit, else ``drift``."""
+    min_train = max(2 * season, 12) + 1
+    k = min(n_origins, (len(y) - min_train) // horizon)
+    if k < 2:
+        return ("ets" if len(y) >= 2 * max(season, 1) + 2 else "drift"), {}
+    origins = [len(y) - horizon * (k - i) for i in range(k)]
+    scale = float(np.mean(np.abs(np.diff(y[:origins[0]])))) or 1.0
+    errors: dict[str, list[float]] = {}
+    spec = None
+    need = set(candidates) | (set(COMBINED) if "combination" in candidates else set())
+    for o in origins:
+        hist, actual = y[:o], y[o:o + horizon]
+        fc = {}
+        for name in [c for c in (*COMBINED, *candidates) if c in need and c != "combination"]:
+            if name in fc:
+                continue
+            try:
+                base = fit_base(name, hist, season, spec if name == "arima" else None)
+            except (ValueError, np.linalg.LinAlgError):
+                continue
+            if name == "arima":
+                spec = base.spec
+            if len(hist) >= base.history:
+                fc[name] = base.forecasts(hist, np.array([len(hist)]), horizon)[0]
+        if "combination" in candidates and all(c in fc for c in COMBINED):
+            fc["combination"] = np.median(np.stack([fc[c] for c in COMBINED]), axis=0)
+        for name in candidates:
+            if name in fc:
+                errors.setdefault(name, []).append(float(np.mean(np.abs(fc[name] - actual))))
+    scores = {name: float(np.mean(v)) / scale for name, v in errors.items() if len(v) == k}
+    best = min(scores, key=scores.get) if scores else "drift"
     return best, scores
 
 
@@ -273,11 +583,19 @@ def base_from_dict(d: dict) -> Base:
         return SeasonalNaive(d["season"])
     if name == "naive":
         return Naive()
+    if name == "drift":
+        return Drift()
     if name == "none":
         return Mean(d["mean"])
     if name == "ar":
-        return AR(d["const"], d["lags"], d["coefs"])
+        return AR(d["const"], d["lags"], d["coefs"], d.get("diff", 0))
     if name == "ets":
         return ETS(d["alpha"], d["beta"], d["gamma"], d["phi"], d["level"], d["trend"],
                    d["seasons"], d["season"])
+    if name == "arima":
+        return ARIMA(d["order"], d["seasonal_order"], d["trend"], d["params"])
+    if name == "theta":
+        return Theta(d["alpha"], d["b0"], d["seasons"], d["method"], d["x0"])
+    if name == "combination":
+        return Combination([base_from_dict(p) for p in d["parts"]])
     raise ValueError(f"unknown base {name!r} in the saved model")

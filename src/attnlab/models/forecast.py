@@ -74,6 +74,17 @@ def _as_series(y, name: str = "y") -> np.ndarray:
     return arr
 
 
+def _plain(value):
+    """A base's filter state as JSON values (tuples and arrays to lists)."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def _as_exog(X, n: int, name: str = "X") -> np.ndarray | None:
     if X is None:
         return None
@@ -281,6 +292,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             self.history_ = train(self.net_, loss_fn, train_data, val_data, config,
                                   description=f"{self.encoder} forecaster")
         self.shrink_ = self._shrink_to_validation(val_data)
+        self.network_in_use_ = self.shrink_ > 0
+        self.interval_widths_ = self._conformal_widths(val_data)
         self.n_features_ = int(inputs.shape[-1])
         self.y_tail_ = y[-self._history:].copy()
         self.base_state_ = self.base_.state_before(y, len(y) - len(self.y_tail_))
@@ -307,6 +320,44 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         last.weight.mul_(w)
         last.bias.mul_(w)
         return w
+
+    LEVELS = (0.8, 0.95)
+
+    @torch.no_grad()
+    def _conformal_widths(self, val_data) -> dict[str, list[float]]:
+        """Split conformal half-widths per horizon step (Vovk et al. 2005; Stankeviciute et
+        al. 2021 for multi-step forecasts): for level q, the ceil((n + 1) q)-th smallest
+        absolute error of the fitted model on the n validation windows, step by step. Fewer
+        windows than a level needs give an infinite width (no finite bound is valid)."""
+        if val_data is None:
+            return {f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
+        self.net_.eval()
+        err = ((self.net_(val_data[0])[0] - val_data[1]).abs().double().cpu().numpy()
+               * self.dscale_)                                               # (n, H)
+        n = len(err)
+        srt = np.sort(err, axis=0)
+        out = {}
+        for q in self.LEVELS:
+            k = int(np.ceil((n + 1) * q))
+            out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(self.horizon, np.inf)).tolist()
+        return out
+
+    def predict_interval(self, horizon: int | None = None, y=None, X=None,
+                         level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(forecast, lower, upper)``: :meth:`predict` and its split-conformal interval at
+        ``level`` (0.8 or 0.95), from the absolute errors of the fitted model on its
+        validation windows, per horizon step. Steps beyond the fitted horizon (recursive
+        forecasts) have no calibrated width and get an infinite one."""
+        self._check_fitted()
+        key = f"{level:g}"
+        if key not in self.interval_widths_:
+            raise ValueError(f"level must be one of {', '.join(self.interval_widths_)}, got "
+                             f"{level!r}")
+        pred = self.predict(horizon, y, X)
+        width = np.full(len(pred), np.inf)
+        known = np.asarray(self.interval_widths_[key])[:len(pred)]
+        width[:len(known)] = known
+        return pred, pred - width, pred + width
 
     def _check_fitted(self):
         check_is_fitted(self, "net_")
@@ -347,10 +398,12 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             hist = _as_series(y)
             xh = _as_exog(X, len(hist))
             offset, state, base = 0, None, None
-            if len(hist) > self.n_obs_ and self.base_.name in ("ets", "ar"):
+            if len(hist) > self.n_obs_ and self.base_.name in ("ets", "ar", "arima", "theta",
+                                                               "combination"):
                 # a longer history than fitted (a later forecast origin): the base is refitted
                 # on it, as a statistical model would be; the network's correction is kept
-                base = fit_base(self.base_.name, hist, self.effective_season)
+                spec = self.base_.spec if self.base_.name == "arima" else None
+                base = fit_base(self.base_.name, hist, self.effective_season, spec)
             if len(hist) < self._history:
                 raise ValueError(f"y has {len(hist)} observations; a forecast reads the last "
                                  f"{self._history} (lookback, and one season for the "
@@ -382,7 +435,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         fitted once on ``y[:T_0]`` and forecasts from each origin with the history
         ``y[:T_k]``; with ``refit=True`` a fresh copy is fitted on ``y[:T_k]`` at every origin
         (as the statistical baselines are), ``n_origins`` times the cost. Baselines, any of
-        ``seasonal_naive``, ``naive``, ``ets``, ``ar`` (:data:`.baselines.BASELINES`), see the
+        ``seasonal_naive``, ``naive``, ``drift``, ``ets``, ``ar``, ``arima``, ``theta``,
+        ``combination`` (:data:`.baselines.BASELINES`), see the
         same history. MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
         self._check_params()
         y = _as_series(y)
@@ -451,9 +505,14 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if ref == r"\hat{y}^{\mathrm{base}}_{L+h}":
             what = {"ets": "Holt-Winters ETS (additive damped trend"
                            + (", additive season" if m > 1 else "") + ")",
-                    "ar": "an AutoReg model with a constant, order by AIC"}.get(
-                base, "the best of seasonal naive, ETS and AutoReg on the last part of the "
-                      "training series")
+                    "ar": "an AutoReg model with a constant, order by AIC (on first "
+                          "differences when the levels have a unit root)",
+                    "arima": "an ARIMA model (differencing by an ADF test, orders by AIC)",
+                    "theta": "the Theta method (SES with half the linear trend)",
+                    "drift": "the random walk with drift",
+                    "combination": "the median of ETS, ARIMA and Theta"}.get(
+                base, "the candidate base with the lowest error over rolling origins at the "
+                      "end of the training series")
             where.append((r"\hat{y}^{\mathrm{base}}_{L+h}", f"the h-step forecast of {what}, "
                           "fitted on the training series (the base the network corrects)"))
         if getattr(self, "n_exog_", 0):
@@ -496,8 +555,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         state["base"] = self.base_.to_dict()
         state["shrink"] = self.shrink_
         state["base_scores"] = self.base_scores_
-        bs = self.base_state_
-        state["base_state"] = None if bs is None else [bs[0], bs[1], list(bs[2])]
+        state["base_state"] = _plain(self.base_state_)
+        state["interval_widths"] = self.interval_widths_
         return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
 
     @classmethod
@@ -513,8 +572,10 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             self.base_name_ = self.base_.name
             self.base_scores_ = state.get("base_scores", {})
             self.shrink_ = float(state.get("shrink", 1.0))
-            bs = state.get("base_state")
-            self.base_state_ = None if bs is None else (bs[0], bs[1], list(bs[2]))
+            self.base_state_ = state.get("base_state")
+            self.network_in_use_ = self.shrink_ > 0
+            self.interval_widths_ = state.get("interval_widths") or {
+                f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
             self.y_tail_ = tensors["y_tail"].numpy()
             self.x_tail_ = self.x_mean_ = self.x_std_ = None
             if self.n_exog_:

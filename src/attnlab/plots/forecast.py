@@ -73,11 +73,13 @@ def save_forecast_attention(bt, path, index, name: str) -> Path:
                         draw=lambda m, ax: draw_forecast_attention(bt, ax, index, name))
 
 
-def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=None, bt=None):
-    """Into ``axes = (ax, axw)``: the end of the series, the forecast with an 80% band from the
-    backtest's errors (when ``bt`` is given), and (``axw``) the attention over the window it
-    read beside the uniform 1/L. With a date index and ``dates`` (the forecast steps' dates)
-    the x axis shows dates."""
+def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=None, bt=None,
+                intervals=None):
+    """Into ``axes = (ax, axw)``: the end of the series, the forecast with its conformal 80%
+    and 95% intervals (``intervals``: ``{level: (lower, upper)}``; without them, an 80% band
+    from the backtest's errors when ``bt`` is given), and (``axw``) the attention over the
+    window it read beside the uniform 1/L. With a date index and ``dates`` (the forecast
+    steps' dates) the x axis shows dates."""
     import pandas as pd
 
     yv = np.asarray(y, dtype=float)
@@ -95,7 +97,14 @@ def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=Non
     ax.plot(past_x, yv[start:], color="black", label="observed")
     ax.plot(fut_x, future, color="#d62728", marker="o", markersize=3,
             label=f"forecast ({H} steps)")
-    if bt is not None and "attention" in bt.forecasts and len(bt.origins) >= 2:
+    if intervals:
+        for level in sorted(intervals, reverse=True):
+            lo, hi = (np.asarray(v, dtype=float) for v in intervals[level])
+            ok = np.isfinite(lo) & np.isfinite(hi)
+            ax.fill_between(np.asarray(fut_x)[ok] if not dated else fut_x[ok], lo[ok], hi[ok],
+                            color="#d62728", alpha=0.12 if level > 0.9 else 0.22,
+                            label=f"{level:.0%} conformal interval")
+    elif bt is not None and "attention" in bt.forecasts and len(bt.origins) >= 2:
         err = np.asarray(bt.actual, dtype=float) - np.asarray(bt.forecasts["attention"])
         steps = min(H, err.shape[1])
         rms = np.sqrt(np.mean(err[:, :steps] ** 2, axis=0))              # per step
@@ -119,11 +128,12 @@ def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=Non
 
 
 def save_future(y, future, weights, lookback: int, path, name: str, *, dates=None,
-                bt=None) -> Path:
+                bt=None, intervals=None) -> Path:
     """:func:`draw_future` written to ``path``."""
     with figure(path, figsize=(10, 5)) as fig:
         axes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-        draw_future(y, future, weights, lookback, axes, name, dates=dates, bt=bt)
+        draw_future(y, future, weights, lookback, axes, name, dates=dates, bt=bt,
+                    intervals=intervals)
     return Path(path)
 
 

@@ -10,7 +10,7 @@ import nbclient
 import nbformat
 import pytest
 
-TUTORIALS = sorted((Path(__file__).resolve().parents[2] / "docs" / "tutorials").glob("*.ipynb"))
+TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "docs" / "tutorials").glob("*.ipynb"))
 FIGURES = {"01": 2, "02": 3, "03": 2, "04": 2, "05": 2, "06": 2}
 
 
