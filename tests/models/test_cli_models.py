@@ -141,3 +141,88 @@ def test_predict_continues_a_forecaster_fitted_with_exog(tmp_path):
                  "--out", str(tmp_path / "p.csv")]) == 0
     p = pd.read_csv(tmp_path / "p.csv")
     assert len(p) == 3 and p["time"].iloc[0] == "2011-01-01"
+
+
+def test_tabular_predict_matches_columns_by_name_and_says_what_it_leaves_out(tmp_path, capsys):
+    from sklearn.datasets import load_wine
+
+    out = tmp_path / "wine"
+    assert main(["fit", "tabular", "--example", "wine", "--folds", "2", "--max-epochs", "2",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    df = load_wine(as_frame=True).frame
+    base = tmp_path / "base.csv"
+    df.drop(columns=["target"]).to_csv(base, index=False)
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(base),
+                 "--out", str(tmp_path / "a.csv")]) == 0
+    shuffled = df[list(reversed(df.columns))]                      # reordered, target included
+    shuffled.insert(0, "id", range(len(df)))                       # and an id column
+    shuffled.to_csv(tmp_path / "b.csv", index=False)
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "b.csv"),
+                 "--out", str(tmp_path / "b_pred.csv")]) == 0
+    said = " ".join(capsys.readouterr().out.split())                  # unwrapped
+    assert "['id', 'target']" in said and "not model features" in said
+    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b_pred.csv")
+    assert a.equals(b)                                            # the same predictions
+    df.loc[3, "alcohol"] = np.nan
+    df.drop(columns=["target"]).to_csv(tmp_path / "nan.csv", index=False)
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "nan.csv"),
+                 "--out", str(tmp_path / "c.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'alcohol'" in err[0] and "row 3" in err[0]
+
+
+def test_a_binary_float_target_is_classification_and_says_so(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 3))
+    df = pd.DataFrame(x, columns=["a", "b", "c"])
+    df["y"] = (x[:, 0] > 0).astype(float)                         # 0.0 / 1.0
+    df.to_csv(tmp_path / "t.csv", index=False)
+    assert main(["fit", "tabular", "--csv", str(tmp_path / "t.csv"), "--target", "y",
+                 "--folds", "2", "--max-epochs", "2", "--out", str(tmp_path / "o")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "task: classification" in said and "--task regression" in said
+    assert json.loads((tmp_path / "o" / "metrics.json").read_text())["task"] == "classification"
+
+
+@pytest.mark.parametrize("command", [
+    ["fit", "forecast", "--example", "co2"],
+    ["fit", "tabular", "--example", "wine"],
+    ["paper", "--example", "co2", "--quick"],
+])
+def test_a_bad_out_is_refused_before_any_work(command, tmp_path, capsys):
+    import time
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    start = time.perf_counter()
+    assert main(command + ["--out", str(f)]) == 2
+    assert time.perf_counter() - start < 5                        # nothing was fitted
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file" in err[0]
+
+
+def test_day_first_dates_are_read_when_only_they_make_sense(tmp_path, capsys):
+    t = np.arange(60)
+    y = 5 + 0.1 * t + np.sin(2 * np.pi * t / 7)
+    d = pd.date_range("2020-01-01", periods=60, freq="D")
+    pd.DataFrame({"day": d.strftime("%d/%m/%Y"), "y": y}).to_csv(tmp_path / "d.csv", index=False)
+    from attnlab.cli.readers import series_from_csv
+    ys, _ = series_from_csv(tmp_path / "d.csv", "y", "day")
+    assert ys.index[0] == d[0] and ys.index[-1] == d[-1] and (ys.to_numpy() == y).all()
+    # both readings evenly spaced (the 1st of each month, read as days 1..12 of January):
+    m = pd.date_range("2020-01-01", periods=12, freq="MS")
+    pd.DataFrame({"m": m.strftime("%d/%m/%Y"), "y": np.arange(12.0)}).to_csv(
+        tmp_path / "m.csv", index=False)
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "m.csv"), "--target", "y",
+                 "--time", "m", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "both month first and day first" in err[0]
+
+
+def test_a_too_short_series_never_suggests_a_horizon_of_0(capsys, tmp_path):
+    y = pd.Series(np.sin(np.arange(40)) + np.arange(40) * 0.1, name="y")
+    y.to_frame().to_csv(tmp_path / "s.csv", index=False)
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "s.csv"), "--target", "y",
+                 "--season", "12", "--origins", "2", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "at most 0" not in err and "too short for this lookback" in err

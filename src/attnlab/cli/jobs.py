@@ -269,7 +269,7 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     from attnlab.models.tabular import (
         FeatureAttentionClassifier,
         FeatureAttentionRegressor,
-        infer_task,
+        task_reason,
     )
     from attnlab.plots.tabular import save_feature_attention, save_importance
 
@@ -279,7 +279,10 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
         strings = [c for c in X.columns if X[c].dtype == object or pd.api.types.is_string_dtype(
             X[c]) or pd.api.types.is_bool_dtype(X[c])]
         X = X.astype({c: "category" for c in strings})
-    task = infer_task(y) if task == "auto" else task
+    if task == "auto":
+        task, why = task_reason(y)
+        other = "regression" if task == "classification" else "classification"
+        say(f"task: {task}, inferred because {why}; pass --task {other} to override")
     if task not in ("classification", "regression"):
         raise ValueError(f"--task must be auto, classification or regression, got {task!r}")
     seed = params.get("seed", 0)
@@ -418,6 +421,12 @@ def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
             ids = df[id_column]
             df = df.drop(columns=[id_column])
         X = df.drop(columns=[target]) if target and target in df.columns else df
+        known = [str(c) for c in getattr(model, "feature_names_in_", [])]
+        extra = [str(c) for c in X.columns if str(c) not in known] if known else []
+        if extra:           # an id column, the training file's target: said, then left out
+            warn(f"column(s) {extra} of {str(csv)!r} are not model features and are not used "
+                 f"(the model reads {known}); --id copies a column into the output")
+            X = X.drop(columns=[c for c in X.columns if str(c) in extra])
         frame = pd.DataFrame({"row": range(1, len(X) + 1)})
         if ids is not None:
             frame[id_column] = ids.to_numpy()

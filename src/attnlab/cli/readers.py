@@ -54,10 +54,7 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
             raise ValueError(f"--time column {time!r} holds numbers (first {df[time].iloc[0]}), "
                              "not dates; give the date column, or leave --time out for rows in "
                              "file order")
-        try:
-            idx = pd.to_datetime(df[time])
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"--time column {time!r} does not parse as dates ({err})") from None
+        idx = _parse_dates(df[time], time)
         df = df.assign(**{time: idx}).sort_values(time).set_index(time)
         dup = df.index[df.index.duplicated()]
         if len(dup):
@@ -79,6 +76,47 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
                          "every method forecasts it exactly, there is nothing to compare")
     X = df[exog].astype(float) if exog else None
     return y, X
+
+
+def _parse_dates(col, time: str):
+    """The column as dates. ``01/02/2020`` is read month first (pandas' default) or day first,
+    whichever gives unique, evenly spaced dates; when both do, the file is ambiguous and is
+    refused rather than guessed."""
+    import warnings
+
+    import pandas as pd
+
+    readings, errors = {}, {}
+    for dayfirst in (False, True):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                idx = pd.DatetimeIndex(pd.to_datetime(col, dayfirst=dayfirst))
+        except (ValueError, TypeError) as err:
+            errors[dayfirst] = str(err).split(". ")[0]
+            continue
+        ordered = idx.sort_values()
+        try:
+            if ordered.is_unique:
+                _check_spacing(ordered, time)
+                readings[dayfirst] = idx
+        except ValueError:
+            pass
+        readings.setdefault(dayfirst, None)
+    good = {k: v for k, v in readings.items() if v is not None}
+    if len(good) == 2 and not good[False].equals(good[True]):
+        raise ValueError(f"--time column {time!r} reads as evenly spaced dates both month first "
+                         f"and day first (first value {col.iloc[0]!r}); write the dates as "
+                         "YYYY-MM-DD")
+    if good:
+        return next(iter(good.values()))
+    if readings:           # dates, but unevenly spaced either way: the spacing check says where
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return pd.DatetimeIndex(pd.to_datetime(col, dayfirst=False not in readings))
+    raise ValueError(f"--time column {time!r} does not parse as dates, month first or day "
+                     f"first (first value {col.iloc[0]!r}: {errors.get(False, '')}); write the "
+                     "dates as YYYY-MM-DD")
 
 
 def _spacing(index) -> tuple[str | None, list[int]]:

@@ -68,9 +68,17 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
     if origins[0] < forecaster.min_length:
         need = forecaster.min_length + H + step * (n_origins - 1)
         fit = max(0, (len(y) - forecaster.min_length - H) // step + 1)
-        fix = (f"use at most {fit} origins" if fit >= 1 else
-               f"use a horizon of at most {max(0, len(y) - forecaster.min_length)} steps or "
-               "a shorter lookback")
+        # min_length = history + H + 10 and the origins take H + step (k - 1) more
+        history = forecaster.min_length - H - 10
+        h_max = (len(y) - history - 10 - step * (n_origins - 1)) // 2 if step != H else \
+            (len(y) - history - 10) // (n_origins + 1)
+        if fit >= 1:
+            fix = f"use at most {fit} origins"
+        elif h_max >= 1:
+            fix = f"use a horizon of at most {h_max} steps, or fewer origins"
+        else:
+            fix = (f"the series is too short for this lookback ({history} steps read): give a "
+                   "longer series or a shorter lookback")
         raise ValueError(f"y has {len(y)} observations but {n_origins} origins {step} apart "
                          f"with horizon {H} need {need} (the first origin needs "
                          f"{forecaster.min_length} for training); {fix}")

@@ -33,7 +33,12 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from attnlab.models import io
 from attnlab.models.latex import Equations
-from attnlab.models.tabular_input import TableInput, infer_task, is_categorical  # noqa: F401
+from attnlab.models.tabular_input import (  # noqa: F401
+    TableInput,
+    infer_task,
+    is_categorical,
+    task_reason,
+)
 from attnlab.models.training import (
     TrainConfig,
     TrainHistory,

@@ -23,16 +23,26 @@ def is_categorical(series) -> bool:
 
 
 def infer_task(y) -> str:
-    """``"classification"`` for non-numeric, bool or integer targets with at most 20 values,
-    else ``"regression"``."""
+    """``"classification"`` for non-numeric or bool targets, integer targets with at most 20
+    values, and numeric targets of exactly two values (0/1 stored as floats); else
+    ``"regression"``. :func:`task_reason` says which rule decided."""
+    return task_reason(y)[0]
+
+
+def task_reason(y) -> tuple[str, str]:
+    """``(task, why)``: :func:`infer_task`'s answer and the rule that gave it, in words."""
     import pandas as pd
 
     s = pd.Series(y)
+    k = s.nunique()
     if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
-        return "classification"
-    if pd.api.types.is_integer_dtype(s) and s.nunique() <= 20:
-        return "classification"
-    return "regression"
+        return "classification", "the target is not numeric"
+    if k == 2:
+        values = ", ".join(map(str, sorted(s.dropna().unique())))
+        return "classification", f"the target has two values ({values})"
+    if pd.api.types.is_integer_dtype(s) and k <= 20:
+        return "classification", f"the target holds integers with {k} values (at most 20)"
+    return "regression", f"the target is numeric with {k} values"
 
 
 class TableInput:
@@ -115,10 +125,31 @@ class TableInput:
                 raise ValueError("this model was fitted on a DataFrame with categorical "
                                  f"columns {self.cat_columns_}; pass a DataFrame with the "
                                  "same columns")
-            missing = [c for c in self.feature_names_in_ if c not in set(map(str, X.columns))]
-            if missing:
-                raise ValueError(f"X lacks column(s) {missing} seen in fit; got columns "
-                                 f"{[str(c) for c in X.columns]}. Pass the same columns")
-            return self._tensors(*self._encode_frame(X))
+            return self._tensors(*self._encode_frame(self._columns_by_name(X)))
+        if isinstance(X, pd.DataFrame) and hasattr(self, "feature_names_in_"):
+            X = self._columns_by_name(X)
+            num = X.to_numpy(dtype=float) if all(
+                pd.api.types.is_numeric_dtype(X[c]) for c in X.columns) else None
+            if num is not None:
+                bad = np.argwhere(~np.isfinite(num))
+                if bad.size:
+                    raise ValueError(f"X has a missing or infinite value in column "
+                                     f"{str(X.columns[bad[0][1]])!r} (row {bad[0][0]}); fill "
+                                     "or drop it first")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return self._tensors(X, np.zeros((len(X), 0), dtype=np.int64))
+
+    def _columns_by_name(self, X):
+        """The fitted columns of the DataFrame ``X``, in the fitted order: columns are matched
+        by name; a missing one or one the model does not know is an error naming it."""
+        names = [str(c) for c in self.feature_names_in_]
+        have = [str(c) for c in X.columns]
+        missing = [c for c in names if c not in have]
+        extra = [c for c in have if c not in names]
+        if missing:
+            raise ValueError(f"X lacks column(s) {missing} seen in fit; got columns {have}. "
+                             "Pass the fitted columns (matched by name, in any order)")
+        if extra:
+            raise ValueError(f"X has column(s) {extra} the model was not fitted on; drop them "
+                             f"(the fitted columns are {names})")
+        return X.rename(columns=str)[names]
