@@ -60,11 +60,37 @@ def test_the_text_is_written_from_the_measurements(measured, lang):
     assert f"{mase:.3f}" in tex                                    # the measured number
     assert f"{ab.summary()['base + mean pooling']['mean']:.3f}" in tex
     assert "demo\\_series" in tex                                    # escaped user text
-    assert tex.count(r"\begin{table}") == 4                         # symbols, cmp, abl, sens
+    # symbols, comparison, per-origin spread, ablation, sensitivity
+    assert tex.count(r"\begin{table}") == 5
     assert "%" not in tex.replace(r"\%", "")                       # no stray TeX comment
+    assert "Diebold" in tex and "AdamW" in tex or "AdamW" in tex and lang == "zh"
+    assert f"w = {bt.model.shrink_:.2f}" in tex                     # w in the text and symbols
     # without an ablation or a sensitivity run, those sections are left out, not claimed
     bare = paper_tex(PaperInputs(bt.model, bt, "demo", labels), lang)
-    assert bare.count(r"\begin{table}") == 2
+    assert bare.count(r"\begin{table}") == 3
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_with_w_0_the_paper_says_first_that_the_base_forecasts(measured, lang):
+    import copy
+    bt, ab, sens, labels = measured
+    model = copy.copy(bt.model)
+    model.shrink_ = 0.0
+    tex = paper_tex(PaperInputs(model, bt, "demo", labels, ablation=ab), lang)
+    body = tex.split(r"\section*")[1]
+    first = body.split("subsection*")[0]
+    assert ("forecasts are those of the base" in first if lang == "en" else "预测即基准" in first)
+    assert "w = 0.00" in tex or "$w = 0$" in tex
+
+
+def test_the_diebold_mariano_test():
+    from attnlab.models.baselines import diebold_mariano
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=200) ** 2
+    stat, p = diebold_mariano(a, a + 0.5)                          # a clearly better
+    assert stat < 0 and p < 1e-6
+    stat, p = diebold_mariano(a, rng.permutation(a))               # equal accuracy
+    assert p > 0.05
 
 
 def _compile(tmp_path, tex, engine):

@@ -483,7 +483,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
              + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
              r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
             (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
-            (r"\hat{y}_{L+h}", ref + r" + s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
+            (r"\hat{y}_{L+h}", ref + r" + w \, s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
              r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L] + \mathbf{b}_1\right) + \mathbf{b}_2"
              r"\right]_h, \quad h = 1, \ldots, " + str(H)),
         ]
@@ -495,6 +495,11 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             (r"\mu, \sigma", "mean and standard deviation of the training series"),
             (r"s_\Delta", "standard deviation, over the training windows, of the targets' "
              "change from the base forecast"),
+            ("w", "weight of the network's correction in [0, 1], chosen by least squares on "
+             "the validation windows"
+             + (f" (fitted: w = {self.shrink_:.2f}"
+                + ("; the forecast is the base alone)" if self.shrink_ == 0 else ")")
+                if hasattr(self, "shrink_") else "")),
             (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
              "query and key projections"),
             (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "

@@ -36,6 +36,9 @@ _T = {
         "comparison": "Comparison with baselines",
         "ablation": "Ablation",
         "sensitivity": "Sensitivity and robustness",
+        "estimation": "Estimation",
+        "spread": "Spread across origins",
+        "strengths": "Strengths and weaknesses",
         "symbol": "Symbol", "meaning": "Meaning", "method": "Method", "value": "Value",
         "setting": "Setting",
         "fig_arch": "Structure of the fitted model, with its dimensions.",
@@ -57,6 +60,9 @@ _T = {
         "comparison": "与基准方法的比较",
         "ablation": "消融实验",
         "sensitivity": "灵敏度与稳健性分析",
+        "estimation": "参数估计",
+        "spread": "各预测起点上的误差分布",
+        "strengths": "模型的优缺点",
         "symbol": "符号", "meaning": "含义", "method": "方法", "value": "取值",
         "setting": "参数",
         "fig_arch": "拟合所得模型的结构及其维度。",
@@ -69,10 +75,15 @@ _T = {
 
 BASE_NAMES = {
     "en": {"seasonal_naive": "seasonal naive", "naive": "naive (the last value)",
+           "drift": "the random walk with drift",
            "ets": "Holt--Winters exponential smoothing (ETS)", "ar": "an autoregression (AR)",
+           "arima": "an ARIMA model", "theta": "the Theta method",
+           "combination": "the median of ETS, ARIMA and Theta",
            "none": "no statistical base (the series mean)"},
     "zh": {"seasonal_naive": "季节朴素法", "naive": "朴素法（取最后一个观测值）",
-           "ets": "Holt--Winters 指数平滑（ETS）", "ar": "自回归模型（AR）",
+           "drift": "带漂移的随机游走", "ets": "Holt--Winters 指数平滑（ETS）",
+           "ar": "自回归模型（AR）", "arima": "ARIMA 模型", "theta": "Theta 方法",
+           "combination": "ETS、ARIMA 与 Theta 的中位数组合",
            "none": "无统计基准（序列均值）"},
 }
 
@@ -166,6 +177,10 @@ def _zh_meaning(model, sym: str, meaning: str) -> str:
         ("y_1", f"最近 {L} 个观测（回看窗口）"),
         (r"\mu", "训练序列的均值与标准差"),
         (r"s_\Delta", "训练窗口上，目标值相对基准预测之变化的标准差"),
+        ("w", "网络修正项的权重，取值于 [0, 1]，在验证窗口上以最小二乘确定"
+              + (f"（拟合值 w = {model.shrink_:.2f}"
+                 + ("，即预测仅为基准预测）" if model.shrink_ == 0 else "）")
+                 if hasattr(model, "shrink_") else "")),
         (r"\mathbf{W}_q", "查询与键的投影矩阵"),
         (r"\mathbf{W}_1", "输出层的权重矩阵"),
         (r"\mathbf{b}_q", "查询、键投影及输出层的偏置向量"),
@@ -296,6 +311,15 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
            + [r"\usepackage{amsmath,amssymb,graphicx,booktabs}",
               r"\usepackage[margin=2.5cm]{geometry}", r"\begin{document}",
               f"\\section*{{{t['title']}}}"])
+    w = float(getattr(m, "shrink_", 1.0))
+    if w == 0:                          # say first which model forecasts
+        doc.append(
+            f"\\textbf{{The forecasts are those of the base, {bname}.}} On the validation "
+            "windows the attention network's correction did not improve on the base, so its "
+            "weight is $w = 0$; the network below is described for completeness and enters the "
+            "results only as an ablation." if lang == "en" else
+            f"\\textbf{{预测即基准模型（{bname}）的预测。}}在验证窗口上，注意力网络的修正未能"
+            "改进基准，故其权重 $w = 0$；下文对网络的描述仅为完整起见，网络只作为消融实验出现。")
     # motivation
     doc.append(f"\\subsection*{{{t['motivation']}}}")
     if lang == "en":
@@ -359,6 +383,7 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
     start = body.index(r"\begin{align}")
     stop = body.index(r"\end{align}")
     doc += body[start:stop + 1]
+    doc += _estimation(m, lang, t)
     # architecture
     if "architecture" in inp.figures:
         doc += [r"\begin{figure}[!htbp]", r"\centering",
@@ -366,11 +391,16 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
                 f"\\caption{{{t['fig_arch']}}}", r"\end{figure}"]
     # typical cases
     doc.append(f"\\subsection*{{{t['cases']}}}")
-    if "attention" in inp.figures and m.pool != "mean":
+    if w == 0:
+        doc.append("With $w = 0$ the attention weights do not reach the forecast; they are not "
+                   "interpreted here." if lang == "en" else
+                   "由于 $w = 0$，注意力权重不影响预测，此处不作解读。")
+    elif "attention" in inp.figures and m.pool != "mean":
         doc += [r"\begin{figure}[!htbp]", r"\centering",
                 f"\\includegraphics[width=0.9\\linewidth]{{{inp.figures['attention']}}}",
                 f"\\caption{{{t['fig_att'].format(L=L)}}}", r"\end{figure}"]
-    doc.append(" ".join(_sentences_cases(inp, lang)))
+    if w > 0:
+        doc.append(" ".join(_sentences_cases(inp, lang)))
     # results
     doc.append(f"\\subsection*{{{t['results']}}}")
     doc.append(f"\\subsubsection*{{{t['comparison']}}}")
@@ -380,7 +410,6 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
     doc += _table(rows, [t["method"], "MAE", "RMSE", "MASE"],
                   t["tab_cmp"].format(series=series, k=len(inp.backtest.origins), H=H))
     verdict_en = ("at or below" if ours <= metrics[best]["MASE"] else "above")
-    w = float(getattr(m, "shrink_", 1.0))
     if lang == "en":
         doc.append(f"This model's MASE is {ours:.3f}, {verdict_en} the best baseline "
                    f"({_method(best, lang)}, {metrics[best]['MASE']:.3f}).")
@@ -395,6 +424,7 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
         doc.append(f"在第一个预测起点之前留出的验证窗口上，网络修正项的权重取 $w = {w:.2f}$"
                    "（在 $[0, 1]$ 内最小二乘）"
                    + ("：修正项在验证集上不优于基准，故预测即为基准预测。" if w == 0 else "。"))
+    doc += _spread(inp, best, lang, t)
     if inp.ablation is not None:
         ab = inp.ablation
         s = ab.summary()
@@ -431,8 +461,115 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
         else:
             doc.append("各参数下 MASE 的范围：" + "；".join(
                 f"{escape_tex(k)} {lo:.3f}--{hi:.3f}" for k, (lo, hi) in spans.items()) + "。")
+    doc += _strengths(inp, best, lang, t)
     doc.append(r"\end{document}")
     return "\n".join(doc) + "\n"
+
+
+def _estimation(m, lang: str, t: dict) -> list[str]:
+    """Loss, optimiser, early stopping, validation split and the shrink, from the fit."""
+    hist = getattr(m, "history_", None)
+    epochs = getattr(hist, "epochs", None)
+    best_epoch = getattr(hist, "best_epoch", None)
+    w = float(getattr(m, "shrink_", 1.0))
+    ran = (f" It ran {epochs} epochs and kept the weights of epoch {best_epoch}."
+           if epochs is not None else "")
+    ran_zh = (f"本次训练共 {epochs} 轮，保留第 {best_epoch} 轮的权重。"
+              if epochs is not None else "")
+    eq = (r"\begin{equation*} w = \min\Bigl(1, \max\Bigl(0, \frac{\sum_{n,h} o_{n,h} "
+          r"\, r_{n,h}}{\sum_{n,h} o_{n,h}^2}\Bigr)\Bigr) \end{equation*}")
+    if lang == "zh":
+        return [f"\\subsection*{{{t['estimation']}}}",
+                "网络以训练窗口上的均方误差为损失，目标为真实值相对基准预测的变化除以 "
+                f"$s_\\Delta$；优化器为 AdamW（学习率 {m.lr:g}，权重衰减 {m.weight_decay:g}，"
+                f"批量 {m.batch_size}，梯度范数裁剪 {m.clip_norm:g}）。最后 "
+                f"{_pct(m.val_fraction)} 的训练窗口留作验证：验证损失连续 {m.patience} 轮未下降"
+                f"即停止（至多 {m.max_epochs} 轮），并恢复验证损失最小的权重。{ran_zh}"
+                "随后在同一验证窗口上按最小二乘确定修正项权重 $w$（$o$ 为网络输出，$r$ 为目标）：",
+                eq, f"拟合得 $w = {w:.2f}$。"]
+    return [f"\\subsection*{{{t['estimation']}}}",
+            "The network minimises the mean squared error, over the training windows, of its "
+            "output against the target's change from the base forecast divided by "
+            f"$s_\\Delta$, with AdamW (learning rate {m.lr:g}, weight decay "
+            f"{m.weight_decay:g}, batch {m.batch_size}, gradient norm clipped at "
+            f"{m.clip_norm:g}). The last {_pct(m.val_fraction)} of the training windows are "
+            f"held out: training stops when their loss has not fallen for {m.patience} epochs "
+            f"(at most {m.max_epochs}) and the weights with the lowest validation loss are "
+            f"restored.{ran} On the same windows the weight of the correction is the least "
+            "squares $w$ in $[0, 1]$ ($o$ the network's outputs, $r$ the targets):",
+            eq, f"The fit gave $w = {w:.2f}$."]
+
+
+def _spread(inp: PaperInputs, best: str, lang: str, t: dict) -> list[str]:
+    """Per-origin MASE of the model and the best baseline, and a Diebold-Mariano test."""
+    from attnlab.models.baselines import diebold_mariano
+
+    bt = inp.backtest
+    actual = np.asarray(bt.actual, dtype=float)
+    if len(actual) < 3 or best not in bt.forecasts:
+        return []
+    scale = bt.metrics["attention"]["MAE"] / bt.metrics["attention"]["MASE"] \
+        if bt.metrics["attention"]["MASE"] else 1.0
+    ours = np.abs(np.asarray(bt.forecasts["attention"]) - actual)
+    theirs = np.abs(np.asarray(bt.forecasts[best]) - actual)
+    po, pt = ours.mean(1) / scale, theirs.mean(1) / scale
+    stat, p = diebold_mariano(ours.mean(1), theirs.mean(1))
+    wins = int((po < pt).sum())
+    rows = [(escape_tex(lab), f"{a:.3f}", f"{b:.3f}") for lab, a, b in
+            zip(inp.origin_labels, po, pt)]
+    head = ["origin" if lang == "en" else "起点", _method("attention", lang), _method(best, lang)]
+    cap = ("MASE at each origin." if lang == "en" else "各预测起点上的 MASE。")
+    out = [f"\\subsubsection*{{{t['spread']}}}"] + _table(rows, head, cap)
+    if lang == "en":
+        out.append(f"This model is better than {_method(best, lang)} at {wins} of {len(po)} "
+                   f"origins (MASE {po.min():.3f}--{po.max():.3f} against "
+                   f"{pt.min():.3f}--{pt.max():.3f}). A Diebold--Mariano test on the per-origin "
+                   f"mean absolute errors (Harvey et al. small-sample form) gives "
+                   f"$t = {stat:.2f}$, $p = {p:.3f}$"
+                   + (": the difference is not significant at 5\\%." if p >= 0.05 else "."))
+    else:
+        out.append(f"本模型在 {len(po)} 个起点中的 {wins} 个优于{_method(best, lang)}（MASE "
+                   f"{po.min():.3f}--{po.max():.3f}，对方 {pt.min():.3f}--{pt.max():.3f}）。"
+                   "对各起点平均绝对误差作 Diebold--Mariano 检验（Harvey 等的小样本形式），"
+                   f"$t = {stat:.2f}$，$p = {p:.3f}$"
+                   + ("，在 5\\% 水平下差异不显著。" if p >= 0.05 else "。"))
+    return out
+
+
+def _strengths(inp: PaperInputs, best: str, lang: str, t: dict) -> list[str]:
+    """What the measurements support for and against the model."""
+    m, metrics = inp.model, inp.backtest.metrics
+    ours, theirs = metrics["attention"]["MASE"], metrics[best]["MASE"]
+    w = float(getattr(m, "shrink_", 1.0))
+    good, bad = [], []
+    en = lang == "en"
+    if ours <= theirs:
+        good.append(f"its MASE ({ours:.3f}) is at or below the best baseline's ({theirs:.3f})"
+                    if en else f"MASE（{ours:.3f}）不高于最佳基准（{theirs:.3f}）")
+    else:
+        bad.append(f"its MASE ({ours:.3f}) is above the best baseline's ({theirs:.3f})" if en
+                   else f"MASE（{ours:.3f}）高于最佳基准（{theirs:.3f}）")
+    good.append("it never does worse than its base on the validation windows: the shrink "
+                "$w$ falls back to the base" if en else "收缩权重 $w$ 保证其在验证窗口上不劣于基准")
+    if w == 0:
+        bad.append("the attention network adds nothing on this series ($w = 0$)" if en
+                   else "在该序列上注意力网络没有贡献（$w = 0$）")
+    ab = inp.ablation
+    if ab is not None:
+        s = ab.summary()
+        if s["base + attention"]["mean"] >= s["base + mean pooling"]["mean"]:
+            bad.append("attention pooling does not beat mean pooling in the ablation" if en
+                       else "消融实验中注意力池化未优于平均池化")
+        else:
+            good.append("attention pooling beats mean pooling in the ablation" if en
+                        else "消融实验中注意力池化优于平均池化")
+    bad.append("a network costs seconds to minutes to fit where the statistical methods take "
+               "milliseconds" if en else "网络的拟合耗时为秒到分钟级，统计方法仅需毫秒级")
+    head = ("Strengths" if en else "优点"), ("Weaknesses" if en else "缺点")
+    return ([f"\\subsection*{{{t['strengths']}}}", f"\\textbf{{{head[0]}}}:", r"\begin{itemize}"]
+            + [f"  \\item {x}." if en else f"  \\item {x}。" for x in good]
+            + [r"\end{itemize}", f"\\textbf{{{head[1]}}}:", r"\begin{itemize}"]
+            + [f"  \\item {x}." if en else f"  \\item {x}。" for x in bad] + [r"\end{itemize}"])
 
 
 # ----------------------------------------------------------------- tables and graphs (fit)

@@ -54,16 +54,22 @@ def save_backtest(y, bt, path, name: str) -> Path:
 
 
 def draw_forecast_attention(bt, ax, index, name: str):
-    """Heatmap into ``ax``: one row per forecast origin, one column per past step (lag)."""
+    """Heatmap into ``ax``: one row per forecast origin, one column per past step (lag), the
+    weight times L on a diverging scale centred at 1 (the uniform 1/L), so that weights near
+    uniform read as white however small their spread."""
     L = bt.attention.shape[1]
     cols = [f"t-{L - j}" if (L - j) % max(1, L // 12) == 0 or j == L - 1 else ""
             for j in range(L)]
     rows = [time_label(index, t) for t in bt.origins]
-    return draw_heatmap(bt.attention, ax, title=f"{name}: attention over the past {L} steps, "
-                        "per forecast origin", row_labels=rows, col_labels=cols,
+    rel = np.asarray(bt.attention, dtype=float) * L             # 1 = the uniform weight 1/L
+    # symmetric around 1, at least 0..2: twice the uniform weight is full colour, and
+    # weights within a few percent of uniform stay white instead of filling the scale
+    r = max(float(np.abs(rel - 1).max()), 1.0)
+    return draw_heatmap(rel, ax, title=f"{name}: attention over the past {L} steps against "
+                        "uniform, per forecast origin", row_labels=rows, col_labels=cols,
                         xlabel="past time step (lag before the origin)",
-                        ylabel="forecast origin", colorbar_label="attention weight",
-                        annotate=False)
+                        ylabel="forecast origin", cmap="RdBu_r", vmin=1 - r, vmax=1 + r,
+                        colorbar_label="α · L (1 = uniform 1/L)", annotate=False)
 
 
 def save_forecast_attention(bt, path, index, name: str) -> Path:
