@@ -54,7 +54,13 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     assert "MASE" in capsys.readouterr().out
     m = json.loads((out / "metrics.json").read_text())
     assert m["forecast"]["time"][0] == "2012-07-01"       # the month after the last one
-    assert set(m["backtest"]) == {"attention", "seasonal_naive", "ets", "ar"}
+    assert set(m["backtest"]) == {"attention", "seasonal_naive", "ets", "ar", "arima", "theta",
+                                  "combination"}
+    fc = pd.read_csv(out / "forecast.csv")
+    assert list(fc.columns) == ["step", "time", "forecast", "lower_80", "upper_80", "lower_95",
+                                "upper_95"]
+    assert (fc["lower_95"] <= fc["lower_80"]).all() and (fc["lower_80"] <= fc["forecast"]).all()
+    assert m["base_backtest"] == m["base_final"]                 # the saved model is evaluated
     assert m["refit"] is True
     for name in ("backtest.png", "attention.png", "forecast.png", "forecast.csv", "model.tex"):
         assert (out / name).is_file()

@@ -47,6 +47,11 @@ def test_backtest_beats_seasonal_naive_on_a_trending_seasonal_series():
     y = _series(300)
     bt = AttentionForecaster(horizon=12, season=12, **FAST).backtest(y, n_origins=4)
     assert set(bt.metrics) == {"attention", "seasonal_naive", "ets", "ar"}
+    assert set(bt.intervals) == {0.8, 0.95}                      # conformal, per origin
+    lo80, hi80 = bt.intervals[0.8]
+    lo95, hi95 = bt.intervals[0.95]
+    assert lo80.shape == bt.actual.shape and (lo95 <= lo80).all() and (hi80 <= hi95).all()
+    assert 0 <= bt.coverage()[0.8] <= bt.coverage()[0.95] <= 1
     assert bt.actual.shape == (4, 12) and bt.attention.shape == (4, 36)
     assert np.array_equal(bt.actual[-1], y[-12:])
     # Seasonal naive lags the trend by a year (0.6 per step); the model must not.
@@ -178,3 +183,22 @@ def test_lookback_shorter_than_the_season():
     assert np.allclose(f.predict(y=y), p)
     with pytest.raises(ValueError, match="last 12"):
         f.predict(y=y[:8])
+
+
+def test_conformal_intervals_cover_on_exchangeable_data():
+    # white noise around a fixed level: the validation errors are exchangeable with the future
+    # ones, so split conformal must cover at least at its level (up to sampling error)
+    rng = np.random.default_rng(0)
+    y = 5 + rng.normal(size=400)
+    f = AttentionForecaster(horizon=3, lookback=12, base="naive", max_epochs=3,
+                            hidden_size=8, seed=0).fit(y[:300])
+    hits = {0.8: [], 0.95: []}
+    for t in range(300, 397, 3):
+        for q in hits:
+            _, lo, hi = f.predict_interval(y=y[:t], level=q)
+            hits[q] += list((y[t:t + 3] >= lo) & (y[t:t + 3] <= hi))
+    assert np.mean(hits[0.8]) > 0.7 and np.mean(hits[0.95]) > 0.88
+    with pytest.raises(ValueError, match="level must be one of 0.8, 0.95"):
+        f.predict_interval(level=0.9)
+    _, lo, hi = f.predict_interval(horizon=5)                     # recursive steps: no bound
+    assert np.isinf(lo[3:]).all() and np.isfinite(lo[:3]).all()

@@ -28,6 +28,9 @@ def _quiet(_: str) -> None:
 
 MARKER = ".attnlab-run"
 
+# what `fit forecast` and `paper` compare with: the traditional methods applied users pick
+CLI_BASELINES = ("seasonal_naive", "ets", "ar", "arima", "theta", "combination")
+
 
 def check_out(out) -> None:
     """Refuse a bad ``--out`` before any work: a file, or a folder attnlab did not write that
@@ -80,12 +83,16 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt,
     the folder ``d``. Returns the files written."""
     from attnlab._files import write_text_atomic
     from attnlab.models.paper import paper_tex
-    from attnlab.plots.forecast import save_architecture, save_forecast_attention
+    from attnlab.plots.forecast import save_architecture, save_backtest, save_forecast_attention
 
     d.mkdir(parents=True, exist_ok=True)
     save_architecture(model, d / "architecture.png")
     files = ["architecture.png"]
     inputs.figures = {"architecture": "architecture.png"}
+    if inputs.y is not None:
+        save_backtest(inputs.y, bt, d / "backtest.png", name)
+        inputs.figures["backtest"] = "backtest.png"
+        files.append("backtest.png")
     if model.pool != "mean":
         save_forecast_attention(bt, d / "attention.png", index, name)
         inputs.figures["attention"] = "attention.png"
@@ -104,13 +111,13 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt,
     return files
 
 
-def _paper_folder(d: Path, bt, index, name: str) -> None:
+def _paper_folder(d: Path, bt, index, name: str, y=None) -> None:
     """The paper section of a fit (``attnlab paper`` adds the ablation and sensitivity):
     paper.tex and its figures (not compiled: `attnlab paper` compiles)."""
     from attnlab.models.paper import PaperInputs
     from attnlab.plots.forecast import time_label
 
-    inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins])
+    inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins], y=y)
     write_paper(d, inputs, "en", False, bt.model, bt, index, name)
 
 
@@ -194,7 +201,7 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     model = AttentionForecaster(horizon=horizon, season=season, **params)
     say(f"backtest: {n_origins} origins, horizon {horizon}, encoder {model.encoder}"
         + (", refitted at every origin" if refit else ""))
-    bt = model.backtest(y, X, n_origins=n_origins, refit=refit)
+    bt = model.backtest(y, X, n_origins=n_origins, refit=refit, baselines=CLI_BASELINES)
     evaluated = bt.model.base_name_
     if model.base == "auto":                 # the saved model is the evaluated configuration
         model.set_params(base=evaluated)
@@ -224,7 +231,7 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     with result_folder(out) as d:
         write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         write_text_atomic(d / "backtest.md", bt.table() + "\n")
-        _paper_folder(d / "paper", bt, index, name)
+        _paper_folder(d / "paper", bt, index, name, y)
         write_text_atomic(d / "forecast.csv", pd.DataFrame(
             {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
              "forecast": future, "lower_80": lo80, "upper_80": hi80, "lower_95": lo95,

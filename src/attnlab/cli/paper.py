@@ -68,7 +68,7 @@ def paper_cmd(
     model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
     values = y.to_numpy(dtype=float)
     with working("backtest"):
-        bt = model.backtest(y, n_origins=origins)
+        bt = model.backtest(y, n_origins=origins, baselines=jobs.CLI_BASELINES)
     with working(f"ablation over {n_seeds} seeds"):
         ab = ablation(model, values, n_origins=origins, seeds=range(n_seeds), series=name,
                       progress=None)
@@ -93,7 +93,7 @@ def paper_cmd(
             sens[key] = rows
     index = getattr(y, "index", None)
     inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins],
-                         ablation=ab, sensitivity=sens)
+                         ablation=ab, sensitivity=sens, y=y)
     with jobs.result_folder(out) as d:
         files = write_paper(d, inputs, lang, compile_pdf, bt.model, bt, index, name)
     console.print(f"paper written to {out}/: {', '.join(files)}"

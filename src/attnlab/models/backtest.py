@@ -30,6 +30,8 @@ class BacktestResult:
             (column j is lag ``lookback - j``).
         model: the forecaster fitted on ``y[:origins[0]]`` (with ``refit``, the first of
             the ones fitted).
+        intervals: the forecaster's conformal intervals at each origin, ``{level: (lower,
+            upper)}`` with arrays ``(n_origins, horizon)``; :meth:`coverage` scores them.
     """
 
     metrics: dict[str, dict[str, float]]
@@ -38,6 +40,12 @@ class BacktestResult:
     forecasts: dict[str, np.ndarray]
     attention: np.ndarray
     model: object
+    intervals: dict | None = None
+
+    def coverage(self) -> dict[float, float]:
+        """The share of actual values inside each level's interval, over origins and steps."""
+        return {q: float(np.mean((self.actual >= lo) & (self.actual <= hi)))
+                for q, (lo, hi) in (self.intervals or {}).items()}
 
     def table(self) -> str:
         """The metrics as a Markdown table, best MASE first."""
@@ -93,11 +101,17 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
     names = ["attention"] + list(baselines)
     fc = {name: [] for name in names}
     weights = []
+    bands: dict[float, tuple[list, list]] = {}
     for t in origins:
         xt = None if X is None else X[:t]
         if refit and t != t0:
             model = clone(forecaster).fit(y[:t], xt)
-        fc["attention"].append(model.predict(H, y[:t], xt))
+        pred = model.predict(H, y[:t], xt)
+        fc["attention"].append(pred)
+        for key, width in getattr(model, "interval_widths_", {}).items():
+            lo, hi = bands.setdefault(float(key), ([], []))
+            lo.append(pred - np.asarray(width)[:H])
+            hi.append(pred + np.asarray(width)[:H])
         weights.append(model.attention_)
         made = {}
         for name in baselines:
@@ -108,4 +122,6 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
             fc[name].append(made[name])
     forecasts = {k: np.stack(v) for k, v in fc.items()}
     metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
-    return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first)
+    intervals = {q: (np.stack(lo), np.stack(hi)) for q, (lo, hi) in bands.items()} or None
+    return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first,
+                          intervals)

@@ -28,13 +28,26 @@ def _x(index, n: int):
 
 
 def draw_backtest(y, bt, ax, name: str):
-    """The series' test part with every origin's forecasts from each method, into ``ax``."""
+    """The series' test part with every origin's forecasts from the forecaster and the two
+    best other methods, and the forecaster's conformal intervals when the backtest has them,
+    into ``ax``."""
     yv = np.asarray(y, dtype=float)
     x = _x(getattr(y, "index", None), len(yv))
     H = bt.actual.shape[1]
     start = max(0, int(bt.origins[0]) - 3 * H)
     ax.plot(x[start:], yv[start:], color="black", linewidth=1.2, label="observed")
-    for name_m, fc in bt.forecasts.items():
+    for q in sorted(getattr(bt, "intervals", None) or {}, reverse=True):
+        lo, hi = bt.intervals[q]
+        for k, t in enumerate(bt.origins):
+            ok = np.isfinite(lo[k]) & np.isfinite(hi[k])
+            ax.fill_between(np.asarray(x[t:t + H])[ok], lo[k][ok], hi[k][ok],
+                            color=COLORS.get("attention", "#d62728"),
+                            alpha=0.10 if q > 0.9 else 0.2, linewidth=0,
+                            label=f"{q:.0%} conformal interval" if k == 0 else None)
+    others = sorted((k for k in bt.forecasts if k != "attention"),
+                    key=lambda k: bt.metrics[k]["MASE"])[:2]      # the two best, legibly
+    for name_m in [k for k in bt.forecasts if k == "attention" or k in others]:
+        fc = bt.forecasts[name_m]
         for k, t in enumerate(bt.origins):
             ax.plot(x[t:t + H], fc[k], color=COLORS.get(name_m, None), linewidth=1.1,
                     alpha=0.9, label=f"{name_m} (MASE {bt.metrics[name_m]['MASE']:.2f})"
