@@ -281,16 +281,24 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         n_val = int(round(len(ends) * self.val_fraction))
         n_val = min(n_val, len(ends) - 1)
         split = len(ends) - n_val
-        train_data = (inputs[:split], targets[:split])
-        val_data = (inputs[split:], targets[split:]) if n_val > 0 else None
+        # the windows whose targets reach into the validation part are left out of training
+        # (H - 1 of them), and the validation windows are halved: the first half stops the
+        # training, the second, which the training never saw or chose on, sets w and the
+        # intervals (a correction judged on the windows that picked its epoch looks better
+        # than it is)
+        gap = min(H - 1, max(0, split - 2))
+        train_data = (inputs[:split - gap], targets[:split - gap])
+        half = n_val // 2 if n_val >= 4 else 0
+        stop_data = (inputs[split:split + half], targets[split:split + half]) if half else None
+        val_data = (inputs[split + half:], targets[split + half:]) if n_val > 0 else None
 
         def loss_fn(model, x, t):
             return F.mse_loss(model(x)[0], t)
 
         with seeded(self.seed, device):
             self.net_ = self._build(inputs.shape[-1]).to(device)
-            self.history_ = train(self.net_, loss_fn, train_data, val_data, config,
-                                  description=f"{self.encoder} forecaster")
+            self.history_ = train(self.net_, loss_fn, train_data, stop_data or val_data,
+                                  config, description=f"{self.encoder} forecaster")
         self.shrink_ = self._shrink_to_validation(val_data)
         self.network_in_use_ = self.shrink_ > 0
         self.interval_widths_ = self._conformal_widths(val_data)
