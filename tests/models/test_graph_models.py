@@ -21,6 +21,15 @@ def test_karate_beats_label_propagation_on_average():
     r = karate_study(n_seeds=5, max_epochs=100)
     assert len(r["rows"]) == 5 and all(len(row["train_nodes"]) == 4 for row in r["rows"])
     assert r["gat_mean"] > 0.85 and r["gat_mean"] >= r["lp_mean"]
+    assert 0.5 < r["spectral_mean"] <= 1 and all("spectral" in row for row in r["rows"])
+
+
+def test_the_spectral_baseline_separates_the_factions_from_their_leaders():
+    from attnlab.models.graph_study import spectral
+    g = karate()
+    pred = spectral(g, _mask([0, 1, 2, 32, 33, 31]))               # three labels per faction
+    y = np.asarray(g.y, dtype=object).astype(str)
+    assert np.mean(pred == y) > 0.85
 
 
 def test_fit_predict_attention_and_round_trip(tmp_path):
