@@ -166,7 +166,9 @@ def fit_graph_cmd(
         console.print(f"karate club, 2 labelled members per faction, 20 seeds: GAT accuracy "
                       f"{m['gat_mean']:.3f} ± {m['gat_std']:.3f}, label propagation "
                       f"{m['lp_mean']:.3f} ± {m['lp_std']:.3f} (GAT better on "
-                      f"{m['gat_wins']}, tied on {m['ties']})")
+                      f"{m['gat_wins']}, tied on {m['ties']}), spectral "
+                      f"{m['spectral_mean']:.3f} ± {m['spectral_std']:.3f}; both baselines "
+                      "assume linked members share a label")
     else:
         h = m["holdout"]
         held = (f"held-out accuracy over {h['folds']} folds of the labelled nodes: GAT "

@@ -157,7 +157,9 @@ def _graph_paper(d: Path, clf, m: dict) -> None:
     d.mkdir(parents=True, exist_ok=True)
     if "gat_mean" in m:                                   # the karate study over seeds
         rows = [("GAT", f"{m['gat_mean']:.3f}", f"{m['gat_std']:.3f}"),
-                ("label propagation", f"{m['lp_mean']:.3f}", f"{m['lp_std']:.3f}")]
+                ("label propagation", f"{m['lp_mean']:.3f}", f"{m['lp_std']:.3f}"),
+                ("spectral (normalised Laplacian)", f"{m['spectral_mean']:.3f}",
+                 f"{m['spectral_std']:.3f}")]
         caption = f"Accuracy on the unlabelled nodes over {len(m['rows'])} random splits."
     elif m.get("holdout", {}).get("folds"):
         h = m["holdout"]
