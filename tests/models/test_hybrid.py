@@ -48,14 +48,20 @@ def test_the_ar_recursion_is_statsmodels_autoreg():
 
 def test_a_random_walk_is_differenced_not_extrapolated():
     from statsmodels.tsa.ar_model import AutoReg
-    rng = np.random.default_rng(3)
-    y = 100 * np.exp(np.cumsum(0.01 + 0.05 * rng.normal(size=240)))  # a price: unit root
+    from vega_datasets import local_data
+    s = local_data.stocks()
+    y = s[s.symbol == "AAPL"].sort_values("date")["price"].to_numpy(float)[:96]  # to 2007
+    levels = B.AR._fit(y, 1, 0)
+    assert not levels.stationary()              # AutoReg on the levels: an explosive root
     base = B.AR.fit(y, 1)
     assert base.diff == 1 and base.stationary()
-    ref = AutoReg(np.diff(y), lags=base.lags, trend="c").fit().predict(239, 250)
-    assert np.allclose(base.forecasts(y, [240], 12)[0], y[-1] + np.cumsum(ref))
-    levels = B.AR._fit(y, 1, 0)                                   # the old fit, for contrast
-    assert not levels.stationary() or levels.coefs and sum(levels.coefs) > 0.95
+    ref = AutoReg(np.diff(y), lags=base.lags, trend="c").fit().predict(95, 106)
+    fc = base.forecasts(y, [96], 12)[0]
+    assert np.allclose(fc, y[-1] + np.cumsum(ref))
+    grow = levels.forecasts(y, [96], 60)[0]
+    assert grow[-1] - grow[-13] > grow[11] - grow[0]      # the levels' fit accelerates
+    # a long stationary cycle keeps its levels (a unit-root test would difference it)
+    assert B.AR.fit(load_series("sunspots").y.to_numpy(float), 11).diff == 0
 
 
 @pytest.mark.parametrize("name", ["drift", "arima", "theta", "combination"])

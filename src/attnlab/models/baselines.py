@@ -40,9 +40,9 @@ def ets_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
 def ar_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
     """statsmodels AutoReg with a constant, its order chosen by AIC up to two seasons (at
     least 12, at most a quarter of the history), forecast recursively; on first differences
-    when an ADF test does not reject a unit root or the levels' fit is explosive (the ``ar``
-    base of :mod:`attnlab.models.bases`). The classical model for cyclic series without a fixed
-    period (Yule 1927 fitted one to the sunspot numbers)."""
+    when the levels' fit is not stationary (the ``ar`` base of :mod:`attnlab.models.bases`).
+    The classical model for cyclic series without a fixed period (Yule 1927 fitted one to the
+    sunspot numbers)."""
     from attnlab.models.bases import AR
 
     return AR.fit(history, season).forecasts(history, np.array([len(history)]), horizon)[0]

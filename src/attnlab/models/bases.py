@@ -10,9 +10,8 @@ exponential-smoothing model for level and season, a recurrent network for what t
 * ``drift``: the last value plus the history's average step (a random walk with drift).
 * ``ets``: Holt-Winters, additive damped trend, additive season when two seasons exist;
   parameters by statsmodels' maximum likelihood (the same model as the ``ets`` baseline).
-* ``ar``: AutoReg with a constant, order by AIC; on first differences when an augmented
-  Dickey-Fuller test does not reject a unit root or the levels' fit is explosive (an AR on the
-  levels of a random walk extrapolates exponential growth).
+* ``ar``: AutoReg with a constant, order by AIC; on first differences when the levels' fit is
+  not stationary (an AR on the levels of a random walk extrapolates exponential growth).
 * ``arima``: statsmodels ARIMA, d by the ADF test, seasonal D = 1 when the season is strong
   (STL, Wang, Smith & Hyndman 2006), (p, q) by AIC over a small grid; forecasts from any
   origin come from its Kalman filter's predicted states.
@@ -123,11 +122,13 @@ class AR(Base):
 
     @classmethod
     def fit(cls, y: np.ndarray, season: int) -> "AR":
-        """Fit the autoregression on ``y`` (statsmodels AutoReg), on its differences when the
-        levels look non-stationary (:func:`needs_difference`, or an explosive fit)."""
-        diff = int(needs_difference(y))
-        fit = cls._fit(np.diff(y) if diff else y, season, diff)
-        if not diff and not fit.stationary():
+        """Fit the autoregression on ``y`` (statsmodels AutoReg); on its first differences when
+        the fit on the levels is not stationary (a root of its polynomial on or inside the unit
+        circle: it would extrapolate a unit root or exponential growth). A long stationary
+        cycle (the sunspots) keeps its levels, where a unit-root test alone would difference
+        it."""
+        fit = cls._fit(y, season, 0)
+        if not fit.stationary():
             fit = cls._fit(np.diff(y), season, 1)
         return fit
 
