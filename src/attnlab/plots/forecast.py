@@ -74,14 +74,16 @@ def draw_forecast_attention(bt, ax, index, name: str):
     cols = [f"t-{L - j}" if (L - j) % max(1, L // 12) == 0 or j == L - 1 else ""
             for j in range(L)]
     rows = [time_label(index, t) for t in bt.origins]
+    from matplotlib.colors import TwoSlopeNorm
+
     rel = np.asarray(bt.attention, dtype=float) * L             # 1 = the uniform weight 1/L
-    # symmetric around 1, at least 0..2: twice the uniform weight is full colour, and
+    # diverging at 1: blue below uniform (down to 0), red above, at least up to 2, so that
     # weights within a few percent of uniform stay white instead of filling the scale
-    r = max(float(np.abs(rel - 1).max()), 1.0)
+    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(2.0, float(rel.max())))
     return draw_heatmap(rel, ax, title=f"{name}: attention over the past {L} steps against "
                         "uniform, per forecast origin", row_labels=rows, col_labels=cols,
                         xlabel="past time step (lag before the origin)",
-                        ylabel="forecast origin", cmap="RdBu_r", vmin=1 - r, vmax=1 + r,
+                        ylabel="forecast origin", cmap="RdBu_r", norm=norm,
                         colorbar_label="α · L (1 = uniform 1/L)", annotate=False)
 
 

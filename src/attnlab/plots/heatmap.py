@@ -38,7 +38,7 @@ def draw_heatmap(matrix, ax, *, title: str,
             xlabel: str = "key", ylabel: str = "query", cmap: str = "viridis",
             annotate: bool | None = None, vmin: float | None = None, vmax: float | None = None,
             colorbar_label: str = "", fmt: str = "{:.2f}", center: bool = False,
-            categories: Sequence[str] | None = None):
+            categories: Sequence[str] | None = None, norm=None):
     """Draw a matrix as a heatmap with labelled axes into ``ax`` (and its colour bar beside it);
     -inf cells (masked) are drawn hatched grey.
 
@@ -49,6 +49,8 @@ def draw_heatmap(matrix, ax, *, title: str,
             most 12 x 12.
         center: make the colour scale symmetric around 0 (for signed scores).
         categories: draw integer cells 0..len-1 as discrete categories with these names.
+        norm: a matplotlib ``Normalize`` (e.g. ``TwoSlopeNorm`` to centre a diverging map on a
+            value other than 0); replaces vmin / vmax.
 
     Returns:
         ``ax``.
@@ -69,8 +71,8 @@ def draw_heatmap(matrix, ax, *, title: str,
     else:
         colormap = matplotlib.colormaps[cmap]
     colormap = colormap.with_extremes(bad="#d9d9d9")
-    im = ax.imshow(shown, cmap=colormap, vmin=vmin, vmax=vmax, aspect="auto",
-                   interpolation="nearest")
+    scale = {"norm": norm} if norm is not None else {"vmin": vmin, "vmax": vmax}
+    im = ax.imshow(shown, cmap=colormap, aspect="auto", interpolation="nearest", **scale)
     if masked.any():
         ys, xs = np.nonzero(masked)
         for y, x in zip(ys, xs):
