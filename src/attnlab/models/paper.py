@@ -218,10 +218,13 @@ def _symbol_rows(model, lang) -> list[tuple[str, str]]:
 
 _METHODS = {
     "en": {"attention": "this model", "seasonal_naive": "seasonal naive", "ets": "ETS",
-           "ar": "AR", "base + attention": "base + attention",
+           "ar": "AR", "arima": "ARIMA", "theta": "Theta", "drift": "drift",
+           "combination": "median of ETS, ARIMA, Theta", "base + attention": "base + attention",
            "base + mean pooling": "base + mean pooling", "network, no base": "network, no base",
            "base alone": "base alone"},
     "zh": {"attention": "本模型", "seasonal_naive": "季节朴素法", "ets": "ETS", "ar": "AR",
+           "arima": "ARIMA", "theta": "Theta", "drift": "带漂移随机游走",
+           "combination": "ETS、ARIMA、Theta 的中位数",
            "base + attention": "基准 + 注意力", "base + mean pooling": "基准 + 平均池化",
            "network, no base": "无基准的网络", "base alone": "仅用基准"},
 }
