@@ -570,8 +570,11 @@ def _strengths(inp: PaperInputs, best: str, lang: str, t: dict) -> list[str]:
         bad.append(f"its MASE ({ours:.3f}) is above the best baseline's, "
                    f"{_method(best, lang)} ({theirs:.3f})" if en
                    else f"MASE（{ours:.3f}）高于最佳基准{_method(best, lang)}（{theirs:.3f}）")
-    good.append("it never does worse than its base on the validation windows: the shrink "
-                "$w$ falls back to the base" if en else "收缩权重 $w$ 保证其在验证窗口上不劣于基准")
+    good.append("the correction is kept only as far as it helps on held-out windows that "
+                "neither trained nor stopped the network (the least-squares $w$), and $w = 0$ "
+                "falls back to the base" if en else
+                "修正项只在未参与训练与早停的留出窗口上有益时才保留（最小二乘权重 $w$），"
+                "$w = 0$ 时退回基准")
     if w == 0:
         bad.append("the attention network adds nothing on this series ($w = 0$)" if en
                    else "在该序列上注意力网络没有贡献（$w = 0$）")
