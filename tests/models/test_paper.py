@@ -13,6 +13,9 @@ from attnlab.models.ablation import ablation
 from attnlab.models.latex import Equations
 from attnlab.models.paper import PaperInputs, paper_tex, undefined_symbols
 
+# one worker: the module's measured backtest and ablation are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("paper")
+
 FAST = dict(hidden_size=8, max_epochs=6, patience=3, seed=0)
 
 
