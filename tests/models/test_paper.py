@@ -13,9 +13,6 @@ from attnlab.models.ablation import ablation
 from attnlab.models.latex import Equations
 from attnlab.models.paper import PaperInputs, paper_tex, undefined_symbols
 
-# one worker: the module's measured backtest and ablation are built once, not once per worker
-pytestmark = pytest.mark.xdist_group("paper")
-
 FAST = dict(hidden_size=8, max_epochs=6, patience=3, seed=0)
 
 
@@ -28,7 +25,8 @@ def _series(n=200, seed=0):
 @pytest.fixture(scope="module")
 def measured():
     y = _series()
-    model = AttentionForecaster(horizon=6, season=12, **FAST)
+    # the paper's text is under test, not the base choice (tests/models/test_hybrid.py)
+    model = AttentionForecaster(horizon=6, season=12, base="ets", **FAST)
     bt = model.backtest(y, n_origins=3)
     ab = ablation(model, y, n_origins=2, seeds=(0, 1), series="demo")
     sens = {"lookback": [(18, 0.5), (36, 0.6)], "hidden_size": [(8, 0.55)]}
