@@ -22,8 +22,10 @@ def executed(tmp_path_factory):
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         "the notebook is stored with its outputs stripped"
     cwd = tmp_path_factory.mktemp("nb")
-    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}}).execute()
+    with pytest.MonkeyPatch.context() as mp:    # one thread per xdist worker, for the kernel too
+        mp.setenv("OMP_NUM_THREADS", "1")
+        nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
+                                resources={"metadata": {"path": str(cwd)}}).execute()
     return nb, cwd
 
 
