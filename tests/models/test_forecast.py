@@ -203,3 +203,32 @@ def test_conformal_intervals_cover_on_exchangeable_data():
         f.predict_interval(level=0.9)
     _, lo, hi = f.predict_interval(horizon=5)                     # recursive steps: no bound
     assert np.isinf(lo[3:]).all() and np.isfinite(lo[:3]).all()
+
+
+def test_known_future_covariates_enter_the_forecast_steps(tmp_path):
+    from attnlab.models.paper import _symbol_rows, undefined_symbols
+    rng = np.random.default_rng(0)
+    n = 400
+    promo = (rng.random(n) < 0.15).astype(float)           # planned promotions, known ahead
+    t = np.arange(n)
+    y = 10 + 2 * np.sin(2 * np.pi * t / 7) + 5 * promo + 0.3 * rng.normal(size=n)
+    kw = dict(horizon=7, season=7, max_epochs=60, hidden_size=16, seed=0, base="seasonal_naive")
+    plain = AttentionForecaster(**kw).backtest(y, n_origins=6, baselines=())
+    known = AttentionForecaster(**kw).backtest(y, n_origins=6, baselines=(),
+                                               X_future=promo[:, None])
+    assert known.metrics["attention"]["MASE"] < 0.85 * plain.metrics["attention"]["MASE"]
+    f = AttentionForecaster(**{**kw, "max_epochs": 5}).fit(y[:350], X_future=promo[:350])
+    with pytest.raises(ValueError, match="known-future column"):
+        f.predict()
+    with pytest.raises(ValueError, match="one row per forecast step"):
+        f.predict(X_future=promo[350:352])
+    with pytest.raises(ValueError, match="needs known-future values beyond it"):
+        f.predict(horizon=10, X_future=promo[350:357])
+    pred = f.predict(X_future=promo[350:357])
+    f.save(tmp_path / "m")
+    again = AttentionForecaster.load(tmp_path / "m")
+    assert np.allclose(again.predict(X_future=promo[350:357]), pred)
+    assert undefined_symbols(f.equations(), _symbol_rows(f, "en")) == set()
+    assert r"\mathbf{u}" in f.to_latex()
+    with pytest.raises(ValueError, match="fitted without known-future"):
+        AttentionForecaster(**{**kw, "max_epochs": 2}).fit(y).predict(X_future=promo[:7])

@@ -62,10 +62,12 @@ class BacktestResult:
 def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_origins: int = 10,
                    step: int | None = None,
                    baselines: tuple[str, ...] = ("seasonal_naive", "ets", "ar"),
-                   refit: bool = False) -> BacktestResult:
+                   refit: bool = False, X_future: np.ndarray | None = None) -> BacktestResult:
     """Backtest ``forecaster`` (an unfitted estimator with ``horizon``, ``effective_season``,
     ``min_length``, ``fit(y, X)`` and ``predict(horizon, y, X)``) on the checked series ``y``
-    and past covariates ``X``; see :meth:`~attnlab.models.forecast.AttentionForecaster.backtest`.
+    and past covariates ``X`` (and known-future covariates ``X_future``, whose rows at each
+    origin's forecast steps are passed to ``predict``); see
+    :meth:`~attnlab.models.forecast.AttentionForecaster.backtest`.
     """
     H, m = forecaster.horizon, forecaster.effective_season
     step = H if step is None else step
@@ -95,7 +97,8 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
         raise ValueError(f"baselines must be among {', '.join(BASELINES)}; got "
                          f"{sorted(unknown)}")
     t0 = int(origins[0])
-    model = first = clone(forecaster).fit(y[:t0], None if X is None else X[:t0])
+    fit_kw = {} if X_future is None else {"X_future": X_future[:t0]}
+    model = first = clone(forecaster).fit(y[:t0], None if X is None else X[:t0], **fit_kw)
     scale = float(np.mean(np.abs(y[m:t0] - y[:t0 - m])))
     actual = np.stack([y[t:t + H] for t in origins])
     names = ["attention"] + list(baselines)
@@ -105,8 +108,10 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
     for t in origins:
         xt = None if X is None else X[:t]
         if refit and t != t0:
-            model = clone(forecaster).fit(y[:t], xt)
-        pred = model.predict(H, y[:t], xt)
+            kw = {} if X_future is None else {"X_future": X_future[:t]}
+            model = clone(forecaster).fit(y[:t], xt, **kw)
+        kw = {} if X_future is None else {"X_future": X_future[t:t + H]}
+        pred = model.predict(H, y[:t], xt, **kw)
         fc["attention"].append(pred)
         for key, width in getattr(model, "interval_widths_", {}).items():
             lo, hi = bands.setdefault(float(key), ([], []))

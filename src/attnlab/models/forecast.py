@@ -85,6 +85,19 @@ def _plain(value):
     return value
 
 
+def _future_rows(X_future, horizon: int) -> np.ndarray:
+    """Known-future values for a forecast: one row per fitted horizon step."""
+    arr = np.asarray(X_future, dtype=float)
+    arr = arr[:, None] if arr.ndim == 1 else arr
+    if arr.ndim != 2 or arr.shape[0] != horizon:
+        raise ValueError(f"X_future must have one row per forecast step ({horizon} rows: the "
+                         f"fitted horizon), got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("X_future has missing or infinite values; known-future columns must "
+                         "be known")
+    return arr
+
+
 def _as_exog(X, n: int, name: str = "X") -> np.ndarray | None:
     if X is None:
         return None
@@ -202,12 +215,19 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
                              f"({self.nhead}) for the transformer encoder")
 
     def _build(self, n_features: int) -> nn.Module:
+        n_future = self.horizon * getattr(self, "n_future_", 0)
         if self.encoder == "transformer":
             return TransformerNet(n_features, self.hidden_size, self.num_layers, self.nhead,
                                    self.horizon, self.dropout, self.effective_lookback,
-                                   self.pool)
+                                   self.pool, n_future)
         return RecurrentNet(n_features, self.hidden_size, self.num_layers, self.encoder,
-                             self.horizon, self.dropout, self.pool)
+                             self.horizon, self.dropout, self.pool, n_future)
+
+    def _future(self, Xf: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The known-future block of each window: the H rows of ``Xf`` from each start,
+        standardized and flattened, ``(len(starts), H * q)``."""
+        idx = starts[:, None] + np.arange(self.horizon)[None, :]
+        return ((Xf[idx] - self.xf_mean_) / self.xf_std_).reshape(len(starts), -1)
 
     # ---- features -----------------------------------------------------------------------
 
@@ -248,12 +268,20 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
 
     # ---- fit / predict ------------------------------------------------------------------
 
-    def fit(self, y, X=None) -> "AttentionForecaster":
-        """Fit on the series ``y`` (1-D array, list or pandas Series) and optional past
-        covariates ``X`` (one row per observation)."""
+    def fit(self, y, X=None, X_future=None) -> "AttentionForecaster":
+        """Fit on the series ``y`` (1-D array, list or pandas Series), optional past
+        covariates ``X`` and optional known-future covariates ``X_future`` (one row per
+        observation each). Past covariates enter with the window (values up to the origin);
+        known-future ones (calendar, planned promotions, set prices) with the H steps being
+        forecast, so :meth:`predict` then needs their values for those steps."""
         self._check_params()
         y = _as_series(y)
         X = _as_exog(X, len(y))
+        Xf = _as_exog(X_future, len(y), "X_future")
+        self.n_future_ = 0 if Xf is None else Xf.shape[1]
+        if Xf is not None:
+            self.xf_mean_ = Xf.mean(axis=0)
+            self.xf_std_ = np.where(Xf.std(axis=0) > 0, Xf.std(axis=0), 1.0)
         L, H = self.effective_lookback, self.horizon
         if len(y) < self.min_length:
             raise ValueError(f"y has {len(y)} observations; lookback {L} + horizon {H} needs at "
@@ -278,6 +306,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self.n_exog_ = 0 if X is None else X.shape[1]
         inputs = torch.tensor(self._features(y, X, ends), dtype=torch.float32, device=device)
         targets = torch.tensor(self._targets(y, ends), dtype=torch.float32, device=device)
+        extra = [] if Xf is None else [torch.tensor(self._future(Xf, ends), dtype=torch.float32,
+                                                    device=device)]
         n_val = int(round(len(ends) * self.val_fraction))
         n_val = min(n_val, len(ends) - 1)
         split = len(ends) - n_val
@@ -287,13 +317,14 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         # intervals (a correction judged on the windows that picked its epoch looks better
         # than it is)
         gap = min(H - 1, max(0, split - 2))
-        train_data = (inputs[:split - gap], targets[:split - gap])
+        data = (inputs, *extra, targets)            # the net's inputs, then the targets
+        train_data = tuple(t[:split - gap] for t in data)
         half = n_val // 2 if n_val >= 4 else 0
-        stop_data = (inputs[split:split + half], targets[split:split + half]) if half else None
-        val_data = (inputs[split + half:], targets[split + half:]) if n_val > 0 else None
+        stop_data = tuple(t[split:split + half] for t in data) if half else None
+        val_data = tuple(t[split + half:] for t in data) if n_val > 0 else None
 
-        def loss_fn(model, x, t):
-            return F.mse_loss(model(x)[0], t)
+        def loss_fn(model, *batch):
+            return F.mse_loss(model(*batch[:-1])[0], batch[-1])
 
         with seeded(self.seed, device):
             self.net_ = self._build(inputs.shape[-1]).to(device)
@@ -320,8 +351,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if val_data is None:
             return 1.0
         self.net_.eval()
-        out = self.net_(val_data[0])[0].double()
-        t = val_data[1].double()
+        out = self.net_(*val_data[:-1])[0].double()
+        t = val_data[-1].double()
         den = float((out * out).sum())
         w = min(1.0, max(0.0, float((out * t).sum()) / den)) if den > 0 else 0.0
         last = self.net_.pool.head[-1]
@@ -340,7 +371,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if val_data is None:
             return {f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
         self.net_.eval()
-        err = ((self.net_(val_data[0])[0] - val_data[1]).abs().double().cpu().numpy()
+        err = ((self.net_(*val_data[:-1])[0] - val_data[-1]).abs().double().cpu().numpy()
                * self.dscale_)                                               # (n, H)
         n = len(err)
         srt = np.sort(err, axis=0)
@@ -351,7 +382,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         return out
 
     def predict_interval(self, horizon: int | None = None, y=None, X=None,
-                         level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                         level: float = 0.95, X_future=None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(forecast, lower, upper)``: :meth:`predict` and its split-conformal interval at
         ``level`` (0.8 or 0.95), from the absolute errors of the fitted model on its
         validation windows, per horizon step. Steps beyond the fitted horizon (recursive
@@ -361,7 +393,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if key not in self.interval_widths_:
             raise ValueError(f"level must be one of {', '.join(self.interval_widths_)}, got "
                              f"{level!r}")
-        pred = self.predict(horizon, y, X)
+        pred = self.predict(horizon, y, X, X_future)
         width = np.full(len(pred), np.inf)
         known = np.asarray(self.interval_widths_[key])[:len(pred)]
         width[:len(known)] = known
@@ -372,26 +404,31 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
 
     @torch.no_grad()
     def _forecast(self, y: np.ndarray, X: np.ndarray | None,
-                  offset: int, state=None, base=None) -> tuple[np.ndarray, np.ndarray]:
+                  offset: int, state=None, base=None, future=None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """One direct forecast of ``horizon`` steps after the end of ``y`` (whose first value
         sits at position ``offset`` of the fitted series; ``state``: the base's state just
         before it), and the attention over the window."""
         self.net_.eval()
         feats = self._features(y, X, np.array([len(y)]), offset)
         x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
-        out, w = self.net_(x)
+        extra = [] if future is None else [torch.tensor(
+            self._future(future, np.array([0])), dtype=torch.float32, device=self.device_)]
+        out, w = self.net_(x, *extra)
         ref = self._reference(y, np.array([len(y)]), state, base)[0]
         pred = ref + out[0].double().cpu().numpy() * self.dscale_
         return pred, w[0].double().cpu().numpy()
 
-    def predict(self, horizon: int | None = None, y=None, X=None) -> np.ndarray:
+    def predict(self, horizon: int | None = None, y=None, X=None, X_future=None) -> np.ndarray:
         """Forecast ``horizon`` steps (default: the fitted horizon) after the fitted series,
         or after ``y`` if given (a series that starts where the fitted one started, e.g. the
         fitted one extended by new observations; with exogenous columns, ``X`` for it too).
 
         A horizon beyond the fitted one is forecast recursively (the forecasts are fed back);
         that needs a model without exogenous columns. ``attention_`` holds the weights over
-        the window of the first step.
+        the window of the first step. A model fitted with known-future covariates needs
+        ``X_future``: their values at the fitted horizon's steps after the history (``horizon``
+        rows, one per fitted step).
         """
         self._check_fitted()
         horizon = self.horizon if horizon is None else horizon
@@ -420,12 +457,26 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             raise ValueError(f"the model was fitted with {self.n_exog_} exogenous column(s); "
                              f"X must have as many, got "
                              f"{0 if xh is None else xh.shape[1]}")
+        n_future = getattr(self, "n_future_", 0)
+        fut = None if X_future is None else _future_rows(X_future, self.horizon)
+        if n_future and fut is None:
+            raise ValueError(f"the model was fitted with {n_future} known-future column(s); "
+                             f"pass X_future with their values at the next {self.horizon} "
+                             "steps")
+        if not n_future and fut is not None:
+            raise ValueError("X_future given, but the model was fitted without known-future "
+                             "columns; refit with fit(..., X_future=...)")
+        if fut is not None and fut.shape[1] != n_future:
+            raise ValueError(f"X_future must have {n_future} column(s), got {fut.shape[1]}")
+        if horizon > self.horizon and n_future:
+            raise ValueError(f"horizon {horizon} > fitted horizon {self.horizon} needs known-"
+                             "future values beyond it; refit with a longer horizon")
         if horizon > self.horizon and self.n_exog_:
             raise ValueError(f"horizon {horizon} > fitted horizon {self.horizon} needs future "
                              "exogenous values; refit with a longer horizon")
         series, preds, first_w = hist, [], None
         while sum(len(p) for p in preds) < horizon:
-            p, w = self._forecast(series, xh, offset, state, base)
+            p, w = self._forecast(series, xh, offset, state, base, fut)
             first_w = w if first_w is None else first_w
             preds.append(p)
             series = np.concatenate([series, p])
@@ -436,7 +487,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
 
     def backtest(self, y, X=None, n_origins: int = 10, step: int | None = None,
                  baselines: tuple[str, ...] = ("seasonal_naive", "ets", "ar"),
-                 refit: bool = False) -> BacktestResult:
+                 refit: bool = False, X_future=None) -> BacktestResult:
         """Rolling-origin evaluation. Origins ``T_k`` are the last ``n_origins`` positions
         ``step`` apart (default ``horizon``: non-overlapping test windows) such that every
         forecast ``y[T_k : T_k + horizon]`` lies inside ``y``. A copy of this forecaster is
@@ -449,7 +500,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self._check_params()
         y = _as_series(y)
         return rolling_origin(self, y, _as_exog(X, len(y)), n_origins=n_origins, step=step,
-                              baselines=baselines, refit=refit)
+                              baselines=baselines, refit=refit,
+                              X_future=_as_exog(X_future, len(y), "X_future"))
 
     # ---- equations, save / load ---------------------------------------------------------
 
@@ -468,6 +520,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             enc = (r"\mathbf{h}_t", r"\mathrm{" + cell + r"}\left(\mathbf{x}_t, "
                    r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
                    r"\ldots, " + str(L))
+        n_fut = getattr(self, "n_future_", 0)
         m = self.effective_season
         base = getattr(self, "base_name_", None) or (
             self.base if self.base != "auto" else None)
@@ -492,7 +545,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
              r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
             (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
             (r"\hat{y}_{L+h}", ref + r" + w \, s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
-             r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L] + \mathbf{b}_1\right) + \mathbf{b}_2"
+             r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L" + (r"; \mathbf{u}" if n_fut else "")
+             + r"] + \mathbf{b}_1\right) + \mathbf{b}_2"
              r"\right]_h, \quad h = 1, \ldots, " + str(H)),
         ]
         if self.pool == "mean":                      # the ablation: uniform weights
@@ -528,6 +582,10 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
                       "end of the training series")
             where.append((r"\hat{y}^{\mathrm{base}}_{L+h}", f"the h-step forecast of {what}, "
                           "fitted on the training series (the base the network corrects)"))
+        if n_fut:
+            where.append((r"\mathbf{u}", f"the {n_fut} known-future column(s) at the {H} "
+                          "forecast steps, standardized with their training mean and standard "
+                          f"deviation and flattened ({H * n_fut} values)"))
         if getattr(self, "n_exog_", 0):
             where.append((r"\mathbf{z}_t", f"the {self.n_exog_} exogenous (past covariate) "
                           "column(s) at step t, standardized with their training mean and "
@@ -559,6 +617,9 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self._check_fitted()
         tensors = io.net_tensors(self.net_)
         tensors["y_tail"] = torch.tensor(self.y_tail_)
+        if getattr(self, "n_future_", 0):
+            tensors["xf_mean"] = torch.tensor(self.xf_mean_)
+            tensors["xf_std"] = torch.tensor(self.xf_std_)
         if self.n_exog_:
             tensors["x_tail"] = torch.tensor(self.x_tail_)
             tensors["x_mean"] = torch.tensor(self.x_mean_)
@@ -570,6 +631,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         state["base_scores"] = self.base_scores_
         state["base_state"] = _plain(self.base_state_)
         state["interval_widths"] = self.interval_widths_
+        state["n_future"] = int(getattr(self, "n_future_", 0))
         return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
 
     @classmethod
@@ -590,6 +652,10 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             self.interval_widths_ = state.get("interval_widths") or {
                 f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
             self.y_tail_ = tensors["y_tail"].numpy()
+            self.n_future_ = int(state.get("n_future", 0))
+            if self.n_future_:
+                self.xf_mean_ = tensors["xf_mean"].numpy()
+                self.xf_std_ = tensors["xf_std"].numpy()
             self.x_tail_ = self.x_mean_ = self.x_std_ = None
             if self.n_exog_:
                 self.x_tail_ = tensors["x_tail"].numpy()
