@@ -157,32 +157,14 @@ def precision_rows(n: int = 512, logit_std: float = 9.0) -> list[dict]:
     """Max error against float64 of out, dq, dk, dv of the simulated ring (zig-zag, causal,
     B = 2, H = 4, H_kv = 2, D = 32, q.k/sqrt(d) of std ``logit_std``) at P = 1 ... 16, and of the
     single-process reference in the same precision."""
-    from attnlab import attention
-    from attnlab.distributed import simulate_ring
-    g = torch.Generator().manual_seed(0)
-    spread = logit_std ** 0.5
-    q = torch.randn(2, 4, n, 32, generator=g, dtype=torch.float64) * spread
-    k = torch.randn(2, 2, n, 32, generator=g, dtype=torch.float64) * spread
-    v = torch.randn(2, 2, n, 32, generator=g, dtype=torch.float64)
-    cot = torch.randn(2, 4, n, 32, generator=g, dtype=torch.float64)
-
-    def run(dtype, world):
-        x = [t.to(dtype).detach().requires_grad_(True) for t in (q, k, v)]
-        if world is None:
-            out = attention(*x, causal=True, enable_gqa=True, backend="reference")
-        else:
-            out, _, _ = simulate_ring(*x, world, causal=True, layout="zigzag")
-        (out.double() * cot).sum().backward()
-        return [out.detach().double()] + [t.grad.double() for t in x]
-
-    gold = run(torch.float64, None)
+    from attnlab.bench.distributed import ring_errors
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
-        for world in (None, 1, 2, 4, 8, 16):
-            errs = [float((a - b).abs().max()) for a, b in zip(run(dtype, world), gold)]
+        errs = ring_errors(dtype, (1, 2, 4, 8, 16), n=n, logit_std=logit_std)
+        for world in ("ref", 1, 2, 4, 8, 16):
             rows.append({"dtype": str(dtype).replace("torch.", ""),
-                         "P": "reference" if world is None else world,
-                         **dict(zip(("out", "dq", "dk", "dv"), errs))})
+                         "P": "reference" if world == "ref" else world,
+                         **dict(zip(("out", "dq", "dk", "dv"), errs[world]))})
     return rows
 
 

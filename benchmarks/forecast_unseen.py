@@ -86,8 +86,8 @@ def run(name: str) -> dict:
     start = time.perf_counter()
     model = AttentionForecaster(horizon=H, season=m if m > 1 else None).fit(y[:t0])
     for i, t in enumerate(origins):
-        pred, lo, hi = model.predict_interval(y=y[:t], level=0.8)
-        _, lo95, hi95 = model.predict_interval(y=y[:t], level=0.95)
+        pred = model.predict(y=y[:t])
+        (lo, hi), (lo95, hi95) = (model.interval_bounds(pred)[q] for q in (0.8, 0.95))
         fc["forecaster"].append(pred)
         cover[0.8].append(((actual[i] >= lo) & (actual[i] <= hi)).tolist())
         cover[0.95].append(((actual[i] >= lo95) & (actual[i] <= hi95)).tolist())

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnlab import attention
+from attnlab.bench.distributed import ring_errors
 from attnlab.distributed import layout as L
 from attnlab.distributed import ring_attention, shard, simulate_ring
 from tests.helpers import max_err
@@ -95,31 +96,6 @@ def test_simulated_ring_is_exact_in_float64_for_any_world_size(layout, options):
     for world in (1, 2, 3, 5, 8):
         out, lse, _ = simulate_ring(q, k, v, world, layout=layout, key_mask=km, **options)
         assert max_err(out, ref.out) < 1e-13 and max_err(lse, ref.lse) < 1e-13, world
-
-
-def ring_errors(dtype, worlds, n=512, logit_std=9.0, causal=True, seed=0):
-    """Max error of out, dq, dk, dv against float64 for the simulated ring at each P (q.k/sqrt(d)
-    of std ``logit_std``), and of the single-process reference in ``dtype`` (key ``"ref"``)."""
-    g = torch.Generator().manual_seed(seed)
-    spread = logit_std ** 0.5
-    q = torch.randn(2, 4, n, 32, generator=g, dtype=torch.float64) * spread
-    k = torch.randn(2, 2, n, 32, generator=g, dtype=torch.float64) * spread
-    v = torch.randn(2, 2, n, 32, generator=g, dtype=torch.float64)
-    cot = torch.randn(2, 4, n, 32, generator=g, dtype=torch.float64)
-
-    def run(dt, world):
-        x = [t.to(dt).detach().requires_grad_(True) for t in (q, k, v)]
-        if world is None:
-            out = attention(*x, causal=causal, enable_gqa=True, backend="reference")
-        else:
-            out, _, _ = simulate_ring(*x, world, causal=causal, layout="zigzag")
-        (out.double() * cot).sum().backward()
-        return [out.detach().double()] + [t.grad.double() for t in x]
-
-    gold = run(torch.float64, None)
-    errs = {w: [max_err(a, b) for a, b in zip(run(dtype, w), gold)] for w in worlds}
-    errs["ref"] = [max_err(a, b) for a, b in zip(run(dtype, None), gold)]
-    return errs
 
 
 def test_the_simulated_backward_is_the_formula_for_any_world_size():

@@ -214,8 +214,9 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
     if not model.network_in_use_:
         say(f"the network's correction is off (w = 0 on the validation windows): the forecast "
             f"is the {model.base_name_} base alone")
-    future, lo80, hi80 = model.predict_interval(level=0.8)
-    _, lo95, hi95 = model.predict_interval(level=0.95)
+    future = model.predict()                  # once; both intervals are widths around it
+    bounds = model.interval_bounds(future)
+    (lo80, hi80), (lo95, hi95) = bounds[0.8], bounds[0.95]
     first_w = model.attention_
     index = getattr(y, "index", None)
     dates = _future_index(index, horizon)

@@ -126,10 +126,9 @@ def logit_growth(lrs=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1), steps: int = 200, progress=
     for qk in (None, "layernorm"):
         for lr in lrs:
             r = train_recall(lr=lr, qk_norm=qk, steps=steps, progress=progress, **kw)
-            tail = [v for v in r["loss"][-20:] if math.isfinite(v)]
             rows.append({"qk_norm": qk or "none", "lr": lr,
                          "max_logit": max(r["max_logit"]),
-                         "final_loss": sum(tail) / len(tail) if tail else float("nan"),
+                         "final_loss": _tail_mean(r["loss"], 20),
                          "alarms": r["alarms"]})
     return {"rows": rows}
 

@@ -113,10 +113,11 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
         kw = {} if X_future is None else {"X_future": X_future[t:t + H]}
         pred = model.predict(H, y[:t], xt, **kw)
         fc["attention"].append(pred)
-        for key, width in getattr(model, "interval_widths_", {}).items():
-            lo, hi = bands.setdefault(float(key), ([], []))
-            lo.append(pred - np.asarray(width)[:H])
-            hi.append(pred + np.asarray(width)[:H])
+        if hasattr(model, "interval_bounds"):
+            for q, (lo, hi) in model.interval_bounds(pred).items():
+                bands.setdefault(q, ([], []))
+                bands[q][0].append(lo)
+                bands[q][1].append(hi)
         weights.append(model.attention_)
         made = {}
         for name in baselines:

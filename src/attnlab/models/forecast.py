@@ -381,23 +381,32 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(self.horizon, np.inf)).tolist()
         return out
 
+    def interval_bounds(self, forecast) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+        """``{level: (lower, upper)}`` around a forecast this model made: the split-conformal
+        half-width of each step (from the absolute errors of the fitted model on its held-out
+        validation windows) on either side; steps beyond the fitted horizon (recursive
+        forecasts) have no calibrated width and get an infinite one."""
+        self._check_fitted()
+        forecast = np.asarray(forecast, dtype=float)
+        out = {}
+        for key, known in self.interval_widths_.items():
+            width = np.full(len(forecast), np.inf)
+            known = np.asarray(known)[:len(forecast)]
+            width[:len(known)] = known
+            out[float(key)] = (forecast - width, forecast + width)
+        return out
+
     def predict_interval(self, horizon: int | None = None, y=None, X=None,
                          level: float = 0.95, X_future=None
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(forecast, lower, upper)``: :meth:`predict` and its split-conformal interval at
-        ``level`` (0.8 or 0.95), from the absolute errors of the fitted model on its
-        validation windows, per horizon step. Steps beyond the fitted horizon (recursive
-        forecasts) have no calibrated width and get an infinite one."""
+        ``level`` (0.8 or 0.95); see :meth:`interval_bounds`."""
         self._check_fitted()
-        key = f"{level:g}"
-        if key not in self.interval_widths_:
+        if f"{level:g}" not in self.interval_widths_:
             raise ValueError(f"level must be one of {', '.join(self.interval_widths_)}, got "
                              f"{level!r}")
         pred = self.predict(horizon, y, X, X_future)
-        width = np.full(len(pred), np.inf)
-        known = np.asarray(self.interval_widths_[key])[:len(pred)]
-        width[:len(known)] = known
-        return pred, pred - width, pred + width
+        return (pred, *self.interval_bounds(pred)[float(f"{level:g}")])
 
     def _check_fitted(self):
         check_is_fitted(self, "net_")
