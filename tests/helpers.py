@@ -26,7 +26,8 @@ def run(q, k, v, backend, grad=True, want_lse=None, **kw):
         cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device, out.dtype)
         loss = (out * cot).sum()
         if want_lse:
-            c_lse = torch.randn(res.lse.shape, generator=g, dtype=torch.float64).to(out.dtype)
+            c_lse = torch.randn(res.lse.shape, generator=g, dtype=torch.float64).to(
+                res.lse.device, out.dtype)
             finite = torch.where(torch.isfinite(res.lse), res.lse, torch.zeros_like(res.lse))
             loss = loss + (finite * c_lse).sum()
         grads = torch.autograd.grad(loss, (q, k, v))

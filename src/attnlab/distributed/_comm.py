@@ -206,9 +206,12 @@ class Comm:
 
     def all_gather_ints(self, values: list[int]) -> list[list[int]]:
         """Every rank's list of ints (same length everywhere), within the timeout."""
-        mine = torch.tensor(values, dtype=torch.long)
         if self.size == 1:
             return [values]
+        # NCCL moves CUDA tensors only; gloo takes CPU ones
+        dev = (torch.device("cuda", torch.cuda.current_device())
+               if dist.get_backend(self.group) == "nccl" else torch.device("cpu"))
+        mine = torch.tensor(values, dtype=torch.long, device=dev)
         out = [torch.empty_like(mine) for _ in range(self.size)]
         work = dist.all_gather(out, mine, group=self.group, async_op=True)
         self._wait(work, None)
