@@ -157,6 +157,18 @@ def get_backend(name: str) -> Backend:
     return _REGISTRY[name]
 
 
+def _cost(backend: Backend, spec: AttentionSpec) -> float:
+    """The backend's cost for ``auto``: on a CUDA GPU the measured table of
+    :mod:`attnlab.core.backends._cuda_cost` where it has a row, else the backend's own model."""
+    if spec.device.type == "cuda":
+        from attnlab.core.backends._cuda_cost import cuda_cost
+
+        measured = cuda_cost(backend.name, spec)
+        if measured is not None:
+            return measured
+    return backend.cost(spec)
+
+
 def select_backend(name: str, spec: AttentionSpec, *, linear_memory: bool = False) -> Backend:
     """The backend that will serve spec: the named one (or an error saying why it cannot), or for
     ``auto`` the cheapest exact backend that can. ``linear_memory``: ``auto`` picks only among
@@ -169,7 +181,7 @@ def select_backend(name: str, spec: AttentionSpec, *, linear_memory: bool = Fals
         if not able:
             reasons = "; ".join(f"{b.name}: {b.why_not(spec)}" for b in _REGISTRY.values())
             raise ValueError(f"no exact backend can serve this request ({reasons})")
-        return min(able, key=lambda b: b.cost(spec))
+        return min(able, key=lambda b: _cost(b, spec))
     backend = get_backend(name)
     reason = backend.why_not(spec)
     if reason is not None:

@@ -8,10 +8,16 @@ and by column), launches them, and wraps forward and backward in an autograd fun
 
 Where they run. On CUDA tensors; on CPU tensors only under Triton's interpreter
 (``TRITON_INTERPRET=1`` set before the first call), which is how the test suite checks them
-without a GPU. ``backend="auto"`` never picks them: their cost on a GPU has not been measured
-against SDPA's fused kernels on the machines this was written on (``scripts/gpu_check.py``
-measures it), so auto keeps SDPA for the plain requests and the tiled / block-sparse backends
-for the rest. Name them to use them.
+without a GPU. On CUDA, ``backend="auto"`` prices them with the costs measured on an H200
+(:mod:`attnlab.core.backends._cuda_cost`, ``docs/benchmarks.md``): SDPA keeps the plain and
+causal requests (its cuDNN and flash kernels are faster), ``triton`` takes windows, lse,
+softcap and per-sequence lengths, which SDPA serves only with a dense mask or not at all.
+Under the interpreter auto never picks them.
+
+Measured on that GPU (``benchmarks/results/gpu/``): float32 tiles of the block-sparse kernels
+fail to compile for sm_90 with Triton 3.6 (an assertion in ``ConvertTritonGPUToLLVM``), so
+``triton_blocksparse`` refuses float32 on CUDA; the dense kernel passes every case in float32,
+bfloat16 and float16.
 """
 
 from __future__ import annotations
@@ -384,6 +390,9 @@ def _sparse_check(spec: AttentionSpec) -> str | None:
     reason = _where(spec)
     if reason is not None:
         return reason
+    if spec.device.type == "cuda" and spec.dtype == torch.float32:
+        return ("its float32 tiles fail to compile for the GPU (Triton 3.6, sm_90, measured); "
+                "use bfloat16 / float16, or backend='triton' for float32")
     if spec.band is None and spec.mask_fn is None and spec.mask is None:
         return "it needs a structured mask (causal, window, a mask function or a bool mask)"
     fn = spec.mask_fn
@@ -400,7 +409,9 @@ def _sparse_check(spec: AttentionSpec) -> str | None:
 
 
 def _never(spec: AttentionSpec) -> float:
-    return float("inf")                      # not chosen by auto until measured (module doc)
+    # Off CUDA (the interpreter, for tests) auto never picks them; on CUDA the registry prices
+    # them from the measured table (attnlab.core.backends._cuda_cost) before this is asked.
+    return float("inf")
 
 
 register_backend(
