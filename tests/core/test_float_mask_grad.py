@@ -77,3 +77,45 @@ def test_rows_under_a_huge_additive_mask_get_the_formulas_gradient(huge, dtype, 
         assert torch.isfinite(o_).all(), name
         bound = 3 * max_err(p_, g_) + floor * max(float(g_.abs().max()), 1.0)
         assert max_err(o_, g_) <= bound, (name, max_err(o_, g_), bound)
+
+
+def _eager(q, k, v, mask, scale):
+    """transformers' eager attention, verbatim in arithmetic: S + m in the input dtype, the
+    softmax in float32, cast back, times V."""
+    s = (q @ k.transpose(-2, -1)) * scale + mask
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+
+
+# float64's minimum plus any negative score overflows to -inf, so eager gives NaN on such rows
+# in float64; attnlab gives them defined values (the fully-masked-row tests cover that).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [6, 70])
+def test_rows_under_the_dtypes_minimum_get_eagers_answer(dtype, backend, n):
+    # Left padding as transformers builds it: finfo(dtype).min on padded keys and on every key
+    # of the padded queries, plus causal. Those rows are eager's mask softmax (uniform), on
+    # every backend that takes float masks, forward and backward; the other rows are ordinary.
+    # n = 70 crosses the tiles set below.
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(3, 2, n, 16, generator=g).to(dtype) for _ in range(3))
+    low = torch.finfo(dtype).min
+    mask = torch.triu(torch.full((n, n), low, dtype=dtype), 1).expand(3, 1, n, n).clone()
+    mask[0, :, :, :4] = low                       # sequence 0: four padded keys,
+    mask[0, :, :4, :] = low                       # and its first four queries see nothing else
+    mask[1, :, :, :1] = low
+    cot = torch.randn(3, 2, n, 16, generator=g).to(dtype)
+    grads = {}
+    for name, fn in (("eager", lambda a, b, c: _eager(a, b, c, mask, 0.25)),
+                     (backend, lambda a, b, c: attention(a, b, c, mask=mask, scale=0.25,
+                                                         backend=backend))):
+        ts = [t.clone().requires_grad_() for t in (q, k, v)]
+        with tiled.tile_sizes(16, 32):
+            out = fn(*ts)
+        grads[name] = (out.detach(), *torch.autograd.grad((out * cot).sum(), ts))
+    eps = torch.finfo(dtype).eps
+    for what, a, b in zip(("out", "dq", "dk", "dv"), grads[backend], grads["eager"]):
+        tol = 4 * eps * n ** 0.5 * max(float(b.abs().max()), 1.0)
+        assert max_err(a, b) <= tol, (what, max_err(a, b), tol)
+    # every key of those rows carries the minimum: the mean of all values, not 0
+    uniform = v[0].double().mean(-2, keepdim=True).expand(-1, 4, -1)
+    assert max_err(grads[backend][0][0, :, :4], uniform) <= 4 * eps * n ** 0.5

@@ -94,6 +94,19 @@ def float_mask(shape, g):
     return (*_qkv(shape, g), {"mask": m})
 
 
+def padding_rows(shape, g):
+    """A float mask of -1e38 (the magnitude of float32's and bfloat16's minimum, as
+    transformers' padding mask carries it) on the first keys of sequence 0, and on every key
+    of its first queries: those rows are decided by the dtype's arithmetic, which rounds
+    ``S + m`` to ``m``, and the formula gives them a uniform average (not 0, not the softmax
+    of the raw scores)."""
+    b, h, nq, nk, _ = shape
+    m = torch.zeros(b, 1, nq, nk, dtype=torch.float64)
+    m[0, :, :, : max(nk // 4, 1)] = -1e38
+    m[0, :, : max(nq // 4, 1), :] = -1e38
+    return (*_qkv(shape, g), {"mask": m})
+
+
 def masked_rows(shape, g):
     """Every other query may attend nothing: output 0, no NaN, zero gradients."""
     b, h, nq, nk, _ = shape
@@ -145,7 +158,9 @@ def cases(supports: frozenset[str], quick: bool = True) -> list[Case]:
             out.append(Case(f"bool mask {p}", "mask", big, bool_mask(p)))
         out.append(Case("fully masked rows", "mask", odd, masked_rows))
     if "float_mask" in supports:
-        out.append(Case("float mask with -inf", "float_mask", odd, float_mask))
+        out += [Case("float mask with -inf", "float_mask", odd, float_mask),
+                Case("rows under a -1e38 float mask (padding)", "float_mask", big,
+                     padding_rows)]
     if "gqa" in supports:
         out.append(Case("grouped-query K/V", "gqa", (1, 2, 19, 33, 16), gqa))
     if "softcap" in supports:

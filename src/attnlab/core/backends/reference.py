@@ -50,6 +50,44 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weigh_values(s, v, spec)
 
 
+def absorbed_rows_by_formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             spec: AttentionSpec, out: torch.Tensor) -> torch.Tensor:
+    """``out`` with the rows the input dtype's arithmetic decides replaced by the formula's.
+
+    A row whose every key carries a float mask of magnitude >= 1 / eps of q's dtype (the
+    dtype's minimum: transformers' left padding) has its scores rounded away by ``S + m``:
+    the formula in that dtype (eager attention, this reference) gives such a row the mask's
+    own softmax, a uniform average under ``finfo.min``. A backend that shifts the mask or adds
+    it in a wider dtype keeps the scores instead; it calls this with its ``out`` to give those
+    rows the reference's answer and gradient. Only the union of such rows over the batch is
+    computed, ``(..., R, N_k)``. Requests with a score_mod or dropout are returned unchanged
+    (their rows depend on positions this does not carry over)."""
+    bias = spec.float_bias()
+    if bias is None or spec.score_mod is not None or spec.dropout_p > 0:
+        return out
+    bias = bias.to(q.dtype)
+    top = bias.detach().amax(dim=-1, keepdim=True)                 # (..., N_q or 1, 1)
+    absorbed = (top <= -1.0 / torch.finfo(q.dtype).eps) & ~torch.isneginf(top)
+    if not bool(absorbed.any()):
+        return out
+    n_q, n_k = spec.n_q, spec.n_k
+    absorbed = absorbed.expand(*absorbed.shape[:-2], n_q, 1)
+    rows = absorbed.reshape(-1, n_q).any(0).nonzero().squeeze(1)
+    sub_bias = bias.expand(*bias.shape[:-2], n_q, n_k).index_select(-2, rows)
+    r0, r1 = int(rows[0]), int(rows[-1]) + 1
+    keep = spec.structure_tile((r0, r1), (0, n_k))               # causal / window of those rows
+    if keep is not None:
+        sub_bias = sub_bias.masked_fill(~keep.index_select(-2, rows - r0), float("-inf"))
+    q_r = q.index_select(-2, rows)
+    from attnlab.core.spec import build_spec
+
+    sub = build_spec(q_r, k, v, mask=sub_bias, scale=spec.score_scale, softcap=spec.softcap,
+                     enable_gqa=spec.kv_groups > 1)
+    ref = reference_attention(q_r, k, v, sub).out                 # (..., R, D_v)
+    mine = out.index_select(-2, rows)
+    return out.index_copy(-2, rows, torch.where(absorbed.index_select(-2, rows), ref, mine))
+
+
 register_backend(
     "reference", reference_attention,
     Capabilities(exact=True, weights=True, lse=True, dropout=True, softcap=True, gqa=True,

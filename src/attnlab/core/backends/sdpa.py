@@ -8,9 +8,12 @@ Differences it hides:
 * **Temperature** is folded into SDPA's ``scale`` argument (scale / temperature).
 * **Fully masked rows.** Some SDPA kernels (and older torch releases) return NaN there. We
   unmask such rows before the call and zero them after, so output and gradients are exactly 0.
-* **Huge additive masks.** A float mask is shifted by each row's largest entry, so rows where
-  every key carries ``finfo.min`` or -1e9 get the formula's gradient (torch's backward
-  recomputes the probabilities from one log-sum-exp, which such a mask rounds away).
+* **Huge additive masks.** A float mask is shifted by each row's largest entry, so that torch's
+  backward, which recomputes the probabilities from one log-sum-exp, never meets an lse that
+  the mask rounded. Rows where every key carries a mask of magnitude >= 1 / eps (the dtype's
+  minimum: transformers' left padding) are decided by the dtype's arithmetic, which rounds the
+  scores away: they get the reference's answer (eager's: the mask's own softmax, a uniform
+  average under ``finfo.min``) and its gradient, as every other backend does.
 
 SDPA returns neither weights nor lse, and its dropout draws from torch's global generator, not
 the caller's, so those requests go to other backends.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnlab.core.backends.reference import absorbed_rows_by_formula
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
@@ -54,10 +58,8 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if keep is not None:
             bias = bias.masked_fill(~keep, float("-inf"))
         # Each row's largest entry is subtracted (a constant per row: the softmax and the
-        # formula's gradient are unchanged). A row whose every score carries a huge mask
-        # (finfo.min, -1e9: left padding) then keeps its own scores instead of sums that
-        # round them away, and torch's backward, which recomputes P from a single lse, gets
-        # it right (without the shift P = 1 instead of 1/N on such rows).
+        # formula's gradient are unchanged), so torch's backward, which recomputes P from one
+        # lse, never meets an lse that a huge mask rounded (P = 1 instead of 1/N).
         top = bias.detach().amax(dim=-1, keepdim=True)            # (..., N_q, 1)
         empty = torch.isneginf(top)
         attn_mask = (bias - top.masked_fill(empty, 0.0)).masked_fill(empty, 0.0)
@@ -70,7 +72,11 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=spec.score_scale,
                                          **gqa)
     out = out.masked_fill(empty, 0.0)                         # (..., N_q, D_v)
-    return AttentionOutput(out=out)
+    # The shift keeps the scores of rows whose every key carries the dtype's minimum, where
+    # the formula in that dtype (eager's) rounds them away: those rows get the reference's.
+    return AttentionOutput(out=absorbed_rows_by_formula(q, k, v, spec, out))
+
+
 
 
 def _sdpa_cost(spec: AttentionSpec) -> float:

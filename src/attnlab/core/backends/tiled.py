@@ -40,6 +40,7 @@ import math
 import torch
 
 from attnlab.core._geometry import band_range, tile_keep, tile_of
+from attnlab.core.backends.reference import absorbed_rows_by_formula
 from attnlab.core.dropout import keep_mask
 from attnlab.core.masks import materialize
 from attnlab.core.registry import Capabilities, register_backend
@@ -448,6 +449,11 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out, lse = _TiledAttention.apply(qf, kf, vf, trained, spec, *spec.captured)
     out = out.to(q.dtype).view(*spec.batch_shape, spec.n_q, spec.d_v)
     lse = lse.view(*spec.batch_shape, spec.n_q) if spec.need_lse else None
+    if compute != q.dtype:
+        # float32 keeps the scores that a half-precision S + m rounds away (float16's minimum
+        # is only -65504): rows whose every key carries it get the formula's answer in the
+        # input dtype, as eager attention and the reference give it
+        out = absorbed_rows_by_formula(q, k, v, spec, out)
     return AttentionOutput(out=out, lse=lse)
 
 
