@@ -58,3 +58,14 @@ def test_sink_errors_and_who_serves_them():
         attention(q, q, q, sinks=torch.zeros(H + 1))
     with pytest.raises(TypeError, match="sinks must be a float tensor"):
         attention(q, q, q, sinks=[0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("backend", ["reference", "tiled", "blocksparse"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sinks_keep_the_input_dtype(backend, dtype):
+    # the backends' lse is float32 under half-precision inputs; the merged output must not be
+    # promoted by it (a bfloat16 gpt-oss's o_proj then fails on a float32 input)
+    q = torch.randn(1, 2, 9, 8, dtype=dtype)
+    res = attention(q, q, q, sinks=torch.zeros(2, dtype=dtype), backend=backend, causal=True,
+                    return_lse=True)
+    assert res.out.dtype == dtype

@@ -177,8 +177,10 @@ class _Module(torch.nn.Module):
 
 def test_options_the_adapter_cannot_honour_are_refused():
     q = torch.randn(1, 2, 3, 4)
-    with pytest.raises(UnsupportedAttentionOption, match="cu_seq_lens_q"):
-        _hf_attention(_Module(), q, q, q, None, cu_seq_lens_q=torch.tensor([0, 3]))
+    with pytest.raises(UnsupportedAttentionOption, match="seq_idx"):
+        _hf_attention(_Module(), q, q, q, None, seq_idx=torch.tensor([0, 0, 0]))
+    with pytest.raises(UnsupportedAttentionOption, match="cu_seq_lens"):   # lengths past the row
+        _hf_attention(_Module(), q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 5]))
     with pytest.raises(UnsupportedAttentionOption, match="chunk_size"):
         _hf_attention(_Module(), q, q, q, None, chunk_size=2)
     out, w = _hf_attention(_Module(), q, q, q, None, position_ids=torch.arange(3),

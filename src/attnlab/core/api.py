@@ -338,8 +338,10 @@ def _with_sink(res: AttentionOutput, sink: torch.Tensor) -> AttentionOutput:
     weights = None
     if res.weights is not None:
         share = torch.exp(res.lse - lse).nan_to_num(0.0).unsqueeze(-1)   # mass left to keys
-        weights = res.weights * share
-    return AttentionOutput(out=out, weights=weights, lse=lse)
+        weights = (res.weights * share).to(res.weights.dtype)
+    # a backend's lse may be float32 under half-precision inputs: the output keeps the input
+    # dtype (a bfloat16 model's next projection expects it)
+    return AttentionOutput(out=out.to(res.out.dtype), weights=weights, lse=lse)
 
 
 def _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths):

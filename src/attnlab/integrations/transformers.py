@@ -83,8 +83,14 @@ _BOOKKEEPING = frozenset({
     "output_router_logits", "token_type_ids", "sliding_window",
 })
 # Options that change what attention computes and that attnlab cannot honour: refused.
-_UNSUPPORTED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "indices",
-                "block_indices", "seq_idx")
+_UNSUPPORTED = ("indices", "block_indices", "seq_idx")
+# Padding-free batches (transformers' DataCollatorWithFlattening, flash-attention kwargs):
+# sequences packed along one row, delimited by cumulative lengths. Honoured as a
+# block-diagonal (document) mask; the max lengths are bookkeeping.
+_PACKED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+# Model features, as a transformers user knows them, that a backend may not serve.
+_DROPOUT_ATTRS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob",
+                  "dropout_rate")
 
 
 class UnsupportedAttentionOption(ValueError):
@@ -126,10 +132,12 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
     for name in _UNSUPPORTED:
         if kwargs.get(name) is not None:
             raise UnsupportedAttentionOption(
-                f"{type(module).__name__} passed {name}= (packed variable-length batches), "
-                "which attnlab does not reproduce; pass a padded batch with an attention_mask")
+                f"{type(module).__name__} passed {name}=, which attnlab does not reproduce; "
+                "pass a padded batch with an attention_mask, or packed sequences with "
+                "position_ids or cu_seq_lens_q / cu_seq_lens_k")
     unknown = sorted(k for k, v in kwargs.items()
-                     if v is not None and k not in _BOOKKEEPING and k not in _UNSUPPORTED)
+                     if v is not None and k not in _BOOKKEEPING and k not in _UNSUPPORTED
+                     and k not in _PACKED)
     if unknown:
         raise UnsupportedAttentionOption(
             f"{type(module).__name__} passed attention option(s) {', '.join(unknown)} that "
@@ -166,6 +174,17 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
             mask = bias + mask
     if sink is not None:
         sink = sink.to(query.dtype)
+    packed = _packed_segments(module, kwargs, n_q, n_used)
+    if packed is not None:
+        seg_q, seg_k = packed
+        if mask is None:                                  # a mask function: nothing N x N
+            from attnlab import masks
+
+            mask = masks.segments(seg_q, seg_k)
+        else:                                             # transformers' own mask as well
+            same = seg_q[:, None] == seg_k[None, :]
+            mask = mask & same if mask.dtype == torch.bool else \
+                mask.masked_fill(~same, torch.finfo(mask.dtype).min)
     if backend in _SKIPPERS and mask is None and not causal and window is None:
         backend = "auto"                  # nothing to skip in this call (see the module doc)
     if want and backend not in ("auto", "reference") and \
@@ -177,6 +196,9 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
                 f"output_attentions=True asks for the attention weights, which attnlab's "
                 f"{backend!r} backend does not compute; use attn_implementation='attnlab' "
                 "(auto picks a backend that returns them) or 'attnlab_reference'")
+    if backend != "auto":
+        _refuse_in_model_terms(backend, module, query, mask, dropout, softcap, sink,
+                               position_bias)
     res = attention(query, key, value, mask=mask, causal=causal, window=window, scale=scaling,
                     softcap=softcap, sinks=sink, enable_gqa=query.shape[1] != key.shape[1],
                     dropout_p=dropout, backend=backend, return_weights=want)
@@ -190,6 +212,120 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
                    value.detach().repeat_interleave(g, 1), float(scale))
         _recording.report(module, weights, vectors)
     return out.transpose(1, 2).contiguous(), weights        # (B, N, H, D), (B, H, N, N)
+
+
+def _packed_segments(module, kwargs, n_q: int, n_k: int):
+    """Sequence ids ``(N_q,), (N_k,)`` of a padding-free batch (``cu_seq_lens_q`` /
+    ``cu_seq_lens_k``: cumulative lengths of the sequences packed along the row), or None."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is None and cu_k is None:
+        return None
+    cu_q = cu_k if cu_q is None else cu_q
+    cu_k = cu_q if cu_k is None else cu_k
+    if cu_q.shape != cu_k.shape or (n_q == n_k and not torch.equal(cu_q, cu_k)):
+        raise UnsupportedAttentionOption(
+            f"{type(module).__name__} passed cu_seq_lens_q {cu_q.tolist()} and cu_seq_lens_k "
+            f"{cu_k.tolist()}: attnlab takes packed self-attention, where both delimit the same "
+            "sequences; pass a padded batch with an attention_mask for anything else")
+    if int(cu_q[-1]) > n_q or int(cu_k[-1]) > n_k:
+        raise UnsupportedAttentionOption(
+            f"{type(module).__name__} passed cu_seq_lens ending at {int(cu_q[-1])} / "
+            f"{int(cu_k[-1])} for {n_q} queries and {n_k} keys: the packed lengths must fit "
+            "the row (batch size 1, as transformers' DataCollatorWithFlattening makes it)")
+    # position p belongs to sequence s when cu[s] <= p < cu[s + 1]; tokens past the last end
+    # (padding of the packed row) form a sequence of their own
+    seg_q = torch.searchsorted(cu_q[1:].contiguous(), torch.arange(n_q, device=cu_q.device),
+                               right=True)
+    seg_k = torch.searchsorted(cu_k[1:].contiguous(), torch.arange(n_k, device=cu_k.device),
+                               right=True)
+    return seg_q, seg_k
+
+
+def _model_name(module) -> str:
+    config = getattr(module, "config", None)
+    kind = getattr(config, "model_type", None)
+    return {"gpt2": "GPT-2", "bert": "BERT", "t5": "T5", "gemma2": "Gemma 2",
+            "gpt_oss": "gpt-oss", "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2",
+            "bart": "BART"}.get(kind, kind or type(module).__name__)
+
+
+def _name_of(backend: str) -> str:
+    return next(n for n, (b, _) in NAMES.items() if b == backend)
+
+
+def _dropout_words(module, p: float) -> str:
+    config = getattr(module, "config", None)
+    for attr in _DROPOUT_ATTRS:
+        if config is not None and getattr(config, attr, None) == p:
+            return f"{_model_name(module)}'s {attr} = {p}"
+    return f"{_model_name(module)}'s attention dropout p = {p}"
+
+
+def _refuse_in_model_terms(backend, module, query, mask, dropout, softcap, sink, bias):
+    """Refuse, in a transformers user's words, a call the named backend cannot serve: the
+    model feature (with its config attribute) and the implementation names that serve it."""
+    name, caps = _name_of(backend), list_backends()[backend].capabilities
+    model = _model_name(module)
+    serve = "use attn_implementation='attnlab' (it picks a backend that can) or 'attnlab_tiled'"
+    problem = None
+    if backend.startswith("triton") and query.device.type != "cuda":
+        from attnlab.core.backends import gpu
+
+        if not gpu._interpreted():
+            problem = (f"{name} runs Triton kernels on CUDA tensors and this {model} model is "
+                       f"on {query.device.type}")
+    if problem is None and dropout > 0 and not caps.dropout:
+        problem = f"{_dropout_words(module, dropout)} needs attention dropout in training"
+        serve += " (or train with that dropout set to 0.0, or evaluate with model.eval())"
+    elif problem is None and softcap is not None and not caps.softcap:
+        problem = (f"{model}'s attn_logit_softcapping = {softcap} needs a soft cap on the "
+                   "scores")
+    elif problem is None and sink is not None and not caps.lse:
+        problem = (f"{model}'s attention sinks are merged from the log-sum-exp, which {name} "
+                   "does not return")
+    elif problem is None and bias is not None and "float" not in caps.masks:
+        problem = f"{model}'s relative position bias is an additive float mask"
+    elif problem is None and mask is not None and isinstance(mask, torch.Tensor) and \
+            ("bool" if mask.dtype == torch.bool else "float") not in caps.masks:
+        problem = (f"a batch with padding (attention_mask zeros) reaches {name} as a "
+                   f"{'bool' if mask.dtype == torch.bool else 'float'} mask tensor")
+    if problem is not None:
+        raise UnsupportedAttentionOption(
+            f"attn_implementation={name!r} cannot serve this {model} model: {problem}, which "
+            f"attnlab's {backend!r} backend does not compute; {serve}")
+
+
+def check(model, name: str | None = None, *, training: bool | None = None) -> None:
+    """Refuse now, in the model's terms, an implementation name that cannot serve ``model``.
+
+    transformers calls nothing of a registered implementation when a model is loaded or
+    switched (it only checks that the name exists), so without this the refusal comes at the
+    first forward. ``name``: default the model's current implementation; ``training``: judge
+    attention dropout as in training (default: ``model.training``). Raises
+    :class:`UnsupportedAttentionOption`; returns None when the name serves the model."""
+    name = name or model.config._attn_implementation
+    if name not in NAMES:
+        raise ValueError(f"name must be one of {', '.join(NAMES)}, got {name!r}")
+    backend = NAMES[name][0]
+    if backend == "auto":
+        return
+    config = model.config
+    training = model.training if training is None else training
+    p = next((float(getattr(config, a)) for a in _DROPOUT_ATTRS
+              if isinstance(getattr(config, a, None), (int, float))
+              and getattr(config, a) > 0), 0.0)
+    softcap = getattr(config, "attn_logit_softcapping", None)
+    sink = torch.zeros(1) if config.model_type == "gpt_oss" else None
+    bias = torch.zeros(1) if getattr(config, "relative_attention_num_buckets", None) else None
+    probe = torch.empty(0, device=next(model.parameters()).device)
+
+    class _Module:                                   # what the call-time check reads
+        pass
+
+    module = _Module()
+    module.config = config
+    _refuse_in_model_terms(backend, module, probe, None, p if training else 0.0, softcap, sink,
+                           bias)
 
 
 def make_mask(style: str):
@@ -253,6 +389,18 @@ def register(names=None) -> list[str]:
     unknown = [n for n in chosen if n not in table]
     if unknown:
         raise ValueError(f"names must be among {', '.join(table)}, got {unknown}")
+    # The Triton names exist only where their kernels can run (a CUDA GPU with triton, or
+    # Triton's interpreter), so that a model set to one fails at set_attn_implementation /
+    # from_pretrained (transformers: "not supported") instead of at its first forward.
+    from attnlab.core.backends import gpu
+
+    no_gpu = gpu._here()
+    if no_gpu is not None:
+        asked = [n for n in chosen if table[n][0].startswith("triton")]
+        if names is not None and asked:
+            raise ValueError(f"{', '.join(asked)} cannot be registered here: {no_gpu}; use "
+                             "'attnlab' or 'attnlab_tiled' on this machine")
+        chosen = [n for n in chosen if not table[n][0].startswith("triton")]
     for name in chosen:
         if any(bad in name for bad in _FORBIDDEN):       # a guard for future names
             raise AssertionError(name)
