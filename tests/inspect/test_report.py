@@ -153,3 +153,83 @@ def test_corpus_report_has_a_text_selector(tmp_path):
         page.select_option("[data-el=text]", "1")
         assert page.locator("[data-el=hv-q] .tok").count() != n0         # the second text's tokens
     assert opened.errors == []
+
+
+def test_values_under_the_cursor_are_the_weights_at_1000_tokens(tmp_path):
+    # A causal map of 1,000 tokens whose rows spread their mass (weights ~1e-3 and below,
+    # far under each map's largest weight): every value the cursor reads must be within 1%
+    # of the true weight or within 1e-6 (stored bfloat16). One byte per weight scaled to the
+    # map's maximum read 0.0000 for 93% of such weights.
+    import re
+
+    import torch
+
+    from attnlab.inspect import show
+
+    n = 1000
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(1, 2, n, n, generator=g) * 2.0
+    scores[..., 0] += 4.0                                       # a sink: a large maximum
+    maps = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    maps = maps.softmax(-1)
+    report = show(attentions=(maps,), tokens=[f"t{i}" for i in range(n)])
+    report.save(tmp_path / "r.html")
+    rx = re.compile(r"\((\d+)\) \u2192 .* \((\d+)\): (\S+)$")
+    seen = 0
+    with open_report(tmp_path / "r.html", viewport=(1300, 1800), timeout_ms=60_000) as opened:
+        page = opened.page
+        page.click("button.head[data-layer='0'][data-head='1']")
+        canvas = page.locator("[data-el=map-canvas]")
+        canvas.scroll_into_view_if_needed()
+        box = canvas.bounding_box()
+        for fx, fy in ((0.02, 0.9), (0.3, 0.95), (0.5, 0.6), (0.7, 0.99), (0.45, 0.5),
+                       (0.9, 0.97), (0.1, 0.3), (0.001, 0.999)):
+            page.mouse.move(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
+            text = page.text_content("[data-el=map-value]")
+            i, j, value = rx.search(text).groups()
+            true = float(maps[0, 1, int(i), int(j)])
+            shown = float(value)
+            assert abs(shown - true) <= max(0.01 * true, 1e-6), (text, true)
+            seen += true > 0
+    assert seen >= 6 and opened.errors == []
+
+
+def test_without_javascript_a_notice_and_a_still_picture(tmp_path):
+    # An untrusted notebook or GitHub's preview shows the HTML without running its script:
+    # the reader gets a line saying so and the model view as a PNG; with the script it is
+    # hidden (the other Chromium tests run with it).
+    import torch
+    from playwright.sync_api import sync_playwright
+
+    from attnlab.inspect import show
+    from tests.helpers import CHROMIUM
+
+    maps = torch.rand(2, 3, 9, 9).softmax(-1)
+    show(attentions=tuple(maps[:, None]), tokens=list("abcdefghi")).save(tmp_path / "r.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update"])
+        try:
+            page = browser.new_page(java_script_enabled=False)
+            page.goto((tmp_path / "r.html").resolve().as_uri())
+            still = page.locator("[data-el=still]")
+            assert still.is_visible() and "JavaScript" in still.inner_text()
+            assert page.eval_on_selector("[data-el=still] img", "i => i.naturalWidth") > 100
+        finally:
+            browser.close()
+    with open_report(tmp_path / "r.html") as opened:
+        assert not opened.page.locator("[data-el=still]").is_visible()
+
+
+def test_the_weight_code_keeps_every_weight_within_one_percent_or_1e_6():
+    import torch
+
+    from attnlab.inspect.report import decode_weights, encode_weights
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.cat([torch.tensor([0.0, 1e-7, 1e-6, 5e-5, 9.99e-5, 1e-4, 1.16e-3, 0.5, 1.0, 3.7]),
+                   torch.rand(200_000, generator=g) ** 8])
+    back = decode_weights(encode_weights(w))
+    w = w.double()
+    assert ((back - w).abs() <= torch.maximum(0.01 * w, torch.full_like(w, 1e-6))).all()

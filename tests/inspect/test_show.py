@@ -137,3 +137,54 @@ def test_the_command_line_inspects_any_local_folder(tmp_path, family, capsys):
     assert main(["inspect", TEXT, "--model", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "tokenizer" in err and len(err.strip().splitlines()) == 1
+
+
+def _byte_level_tokenizer():
+    """A byte-level BPE tokenizer (GPT-2's scheme) trained here on a few lines, nothing
+    downloaded."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["注意 the cat sat on the mat", "the cat 注意力"] * 20, vocab_size=300,
+                            min_frequency=1, show_progress=False)
+    return tf.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
+
+
+def test_byte_level_tokens_are_shown_as_text_not_mojibake():
+    from attnlab.inspect.tokens import display_tokens
+
+    bpe = _byte_level_tokenizer()
+    ids = bpe("注意 the cat")["input_ids"]
+    raw = bpe.convert_ids_to_tokens(ids)
+    assert any("æ" in t or "Ġ" in t for t in raw)                # what transformers gives
+    shown = display_tokens(bpe, raw)
+    assert "".join(shown) == "注意 the cat"
+    assert " the" in shown or " " in "".join(shown)
+    wordpiece = tf.AutoTokenizer.from_pretrained(str(default_model_path()), local_files_only=True)
+    assert display_tokens(wordpiece, ["[CLS]", "##ing"]) == ["[CLS]", "##ing"]   # untouched
+
+
+def test_show_refuses_what_it_would_have_to_guess(tok):
+    model = build("gpt2")
+    with pytest.raises(TypeError, match="one string.*once per text"):
+        show(model, tok, ["a text", "another"])
+    with pytest.raises(ValueError, match="text is empty"):
+        show(model, tok, "   ")
+    with pytest.raises(ValueError, match="pair= is for sentence-pair encoders"):
+        show(model, tok, TEXT, pair="a second sentence")
+    with pytest.raises(ValueError, match="empty tuple.*attn_implementation='eager'"):
+        show(attentions=(), tokens=["a"])               # transformers 5's sdpa gives ()
+    ins = show(model, tok)                               # the default text, said so
+    assert any("default sentence" in n for n in ins.notes)
+
+
+def test_near_duplicate_flags_are_grouped_and_capped():
+    import itertools
+
+    from attnlab.inspect.report import FLAG_GROUPS, _flags_html
+
+    # 16 heads all alike: 120 pairs, one line
+    one = _flags_html([], [((0, a), (0, b), 0.05) for a, b in itertools.combinations(range(16), 2)])
+    assert one.count("<li>") == 1 and "16 heads" in one
+    many = _flags_html([(1, 1)], [((0, 2 * i), (0, 2 * i + 1), 0.01) for i in range(30)])
+    assert many.count("<li>") == 1 + FLAG_GROUPS + 1 and "18 more" in many

@@ -195,3 +195,12 @@ def tile_of(mask: torch.Tensor, q_range: tuple[int, int],
     rows = slice(None) if mask.shape[-2] == 1 else slice(q0, q1)
     cols = slice(None) if mask.shape[-1] == 1 else slice(k0, k1)
     return mask[..., rows, cols]
+
+
+def sdpa_needs_dense_mask(spec) -> bool:
+    """True unless the request is unmasked or plain causal with N_q == N_k, which torch's
+    ``scaled_dot_product_attention`` serves with ``is_causal`` (its causal is top-left, so
+    N_q != N_k needs the explicit bottom-right mask)."""
+    if spec.mask is not None or spec.mask_fn is not None or spec.window is not None:
+        return True
+    return spec.causal and spec.n_q != spec.n_k

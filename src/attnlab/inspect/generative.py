@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attnlab.inspect.ablation import head_importance
-from attnlab.inspect.attribution import flow_from, rollout
+from attnlab.inspect.attribution import flow_from, max_flow_solver, rollout
 from attnlab.inspect.capture import record
 from attnlab.inspect.heads import copying_score, duplicate_token_scores, induction_scores
 from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
@@ -45,7 +45,15 @@ def _square(maps, tokens, text, notes, *, kind="self", position=0, ids=None, ext
         setattr(metrics, k, v)
     dist = js_distances(maps)
     roll = rollout(maps, start_layer=start_layer, per_layer=True)
-    f_from = flow_from(maps[start_layer:], position) if len(tokens) <= 128 else None
+    n = len(tokens)
+    f_from = None
+    if n <= 128 or max_flow_solver(n) == "numba":
+        f_from = flow_from(maps[start_layer:], position)
+    else:                                 # said, never silently left out
+        notes = [*notes, f"attention flow skipped: at {n} tokens the flow into one position "
+                         f"takes about {0.1 * n * (n / 512) ** 2:.0f} s with scipy (one "
+                         "max-flow problem per token); install numba (pip install "
+                         "'attnlab[fast]') to compute it"]
     return Inspection(
         model=model, texts=[(text, None)], tokens=tokens, maps=maps, segments=None,
         metrics=metrics, per_text=[metrics], dist=dist, xy=embed_2d(dist),

@@ -202,7 +202,9 @@ def _encode(tok, text: str, pair: str | None, limit: int, truncate: bool, index:
         batch = tok([text], [pair] if pair is not None else None, return_tensors="pt",
                     truncation=True, max_length=limit)
         cut = n
-    tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    from attnlab.inspect.tokens import display_tokens
+
+    tokens = display_tokens(tok, tok.convert_ids_to_tokens(batch["input_ids"][0].tolist()))
     seg = batch.get("token_type_ids")
     return batch, tokens, (seg[0] if seg is not None and pair is not None else None), cut
 

@@ -39,6 +39,7 @@ from attnlab.inspect.capture import record
 from attnlab.inspect.metrics import head_metrics
 from attnlab.inspect.run import Inspection, TextMaps, reading_notes
 from attnlab.inspect.taxonomy import label_heads
+from attnlab.inspect.tokens import display_tokens
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps."
 
@@ -70,6 +71,7 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
     Returns:
         An :class:`~attnlab.inspect.run.Inspection`; ``display`` it, or ``.save(path)``.
     """
+    _check_text(text, pair)
     if model is None:
         if attentions is None and encoder_attentions is None:
             raise TypeError("show() needs a model (a name, a folder or a loaded model) or "
@@ -108,8 +110,26 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
             model.train(was)
     if name:
         ins.model = name
+    if text is None and ins.texts and ins.texts[0][0] == DEFAULT_TEXT:     # said, not hidden
+        ins.notes = [f"no text given: the default sentence ({DEFAULT_TEXT!r})", *ins.notes]
     ins.neuron_layers = neuron_layers
     return ins
+
+
+def _check_text(text, pair) -> None:
+    """Refuse what show() would otherwise have to guess: several texts, an empty one."""
+    for what, value in (("text", text), ("pair", pair)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise TypeError(
+                f"{what} must be one string, got {type(value).__name__}"
+                + (f" of {len(value)} items: call show() once per text (attnlab inspect "
+                   "--file reads a corpus), and give a BERT sentence pair as text= and pair="
+                   if isinstance(value, (list, tuple)) else ""))
+        if not value.strip():
+            raise ValueError(f"{what} is empty; pass some text, or leave {what} out"
+                             + (" for the default sentence" if what == "text" else ""))
 
 
 def _from_name(model, text, pair, truncate) -> Inspection:
@@ -129,7 +149,14 @@ def _from_name(model, text, pair, truncate) -> Inspection:
 def _maps_of(attn, what: str) -> torch.Tensor:
     """``(L, H, N_q, N_k)`` float64 of the first sequence of precomputed maps."""
     if isinstance(attn, (tuple, list)):
-        if not attn or not all(isinstance(a, torch.Tensor) for a in attn):
+        if not attn:
+            raise ValueError(
+                f"{what} is an empty tuple: the model returned no attention maps. transformers "
+                "5 returns them only from an implementation that computes them: load the model "
+                "with attn_implementation='eager' and pass output_attentions=True, take "
+                "outputs.attentions (outputs[-1] may be another field), or let attnlab run the "
+                "model: show(model, tokenizer, text)")
+        if not all(isinstance(a, torch.Tensor) for a in attn):
             raise TypeError(f"{what} must be a tuple of per-layer tensors (B, H, N, N), as "
                             "output_attentions=True returns them, or one (L, H, N, N) tensor")
         attn = torch.stack([a[0] if a.dim() == 4 else a for a in attn])
@@ -225,6 +252,11 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     limit = (getattr(config, "max_position_embeddings", None)
              or getattr(config, "n_positions", None))
     kw = dict(truncation=True, max_length=limit) if truncate and limit else {}
+    if pair is not None and (getattr(config, "is_encoder_decoder", False)
+                             or getattr(config, "is_decoder", False) or _is_causal_lm(model)):
+        raise ValueError(f"pair= is for sentence-pair encoders (BERT); {name} reads one text, "
+                         "and its tokenizer would join the two without a separator: join them "
+                         "as you mean them, e.g. show(model, tokenizer, text + '\\n' + pair)")
     batch = tok([text], [pair] if pair is not None else None, return_tensors="pt", **kw)
     # sentence ids only for a pair: a tokenizer's zeros are an embedding of their own in models
     # without segments (GPT-2 adds wte[0] to every position)
@@ -260,10 +292,13 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
 
 
 def _token_names(tok, ids) -> list[str]:
-    """The tokens of ``ids``; an id the vocabulary does not name shows as ``<id N>``."""
+    """The tokens of ``ids`` as a reader reads them (byte-level BPE decoded, see
+    :func:`display_tokens`); an id the vocabulary does not name shows as ``<id N>``."""
     ids = ids.tolist()
-    return [t if t is not None else f"<id {i}>"
-            for i, t in zip(ids, tok.convert_ids_to_tokens(ids))]
+    names = display_tokens(tok, [t if t is not None else "" for t in
+                                 tok.convert_ids_to_tokens(ids)])
+    return [t if t != "" or n is not None else f"<id {i}>"
+            for i, t, n in zip(ids, names, tok.convert_ids_to_tokens(ids))]
 
 
 def _is_causal_lm(model) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from attnlab.core._geometry import sdpa_needs_dense_mask
 from attnlab.core.spec import AttentionSpec
 
 # (backend, kind) -> head dim -> N -> (fwd ps, fwd+bwd ps) per computed score
@@ -111,9 +112,7 @@ def _rate(table: dict[int, dict[int, tuple[float, float]]], d: int, n: float, wh
 def _kind(name: str, spec: AttentionSpec) -> str:
     band = spec.band
     if name == "sdpa":
-        from attnlab.core.backends.sdpa import _needs_dense_mask
-
-        if _needs_dense_mask(spec):
+        if sdpa_needs_dense_mask(spec):
             return "masked"
         return "causal" if spec.causal else "dense"
     if band is None:

@@ -24,16 +24,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnlab.core._geometry import sdpa_needs_dense_mask
 from attnlab.core.backends.reference import absorbed_rows_by_formula
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
-
-def _needs_dense_mask(spec: AttentionSpec) -> bool:
-    """True unless the request is unmasked or plain causal with N_q == N_k (SDPA's is_causal)."""
-    if spec.mask is not None or spec.mask_fn is not None or spec.window is not None:
-        return True
-    return spec.causal and spec.n_q != spec.n_k
+_needs_dense_mask = sdpa_needs_dense_mask
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -2,12 +2,13 @@
 // the page. Plain JavaScript, no library, no request. Everything is looked up inside the
 // report's own root element, so several reports live side by side in one page (a notebook).
 // The maps arrive as one base64 string of gzip-compressed bytes (decompressed by the
-// browser's own DecompressionStream), one byte per weight scaled by the map's largest weight.
+// browser's own DecompressionStream), each weight a 16-bit code (within 1% or 1e-6).
 // Text is only ever inserted with textContent.
 async function attnlabReport(root){
 'use strict';
 const D = JSON.parse(root.querySelector('[data-el="data"]').textContent);
 const $ = name => root.querySelector('[data-el="' + name + '"]');
+if ($('still')) $('still').hidden = true;      // the still picture stands in where this cannot run
 async function unpack(b64){
   const bin = atob(b64), u = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
@@ -16,6 +17,19 @@ async function unpack(b64){
   return new Uint8Array(await new Response(s).arrayBuffer());
 }
 const BYTES = await unpack($('blob').textContent.trim());
+// A weight as the report shows it: four significant digits, whatever its size (a fixed
+// number of decimals reads 0.0000 for the weights of a long row).
+const num = v => v === 0 ? '0' : v.toPrecision(4);
+// count weights from byte offset off: 16-bit codes, low bytes then high bytes; below code
+// D.code.small an absolute step, above it a ratio step (within 1% or 1e-6 of the weight)
+const LUT16 = new Float32Array(65536);
+for (let c = 0; c < 65536; c++) LUT16[c] = c < D.code.small ? c * D.code.step
+  : D.code.split * Math.pow(D.code.ratio, c - D.code.small);
+function weights(off, count){
+  const m = new Float32Array(count);
+  for (let i = 0; i < count; i++) m[i] = LUT16[BYTES[off + i] | (BYTES[off + count + i] << 8)];
+  return m;
+}
 // ---- colours: viridis, 256 steps ---------------------------------------------------------
 const VS = [[68,1,84],[72,40,120],[62,74,137],[49,104,142],[38,130,142],[31,158,137],
             [53,183,121],[109,205,89],[180,222,44],[253,231,37]];
@@ -31,9 +45,7 @@ const S = {text: 0, layer: 0, head: 0, heads: new Set([0]), words: false, shared
 // A cross-attention text carries its key tokens (the source) apart from its query tokens.
 function headMatrix(t, l, h){
   const T = D.texts[t], nr = T.tokens.length, cols = T.keys || T.tokens, nc = cols.length;
-  const off = T.offset + (l * D.heads + h) * nr * nc;
-  const sc = T.scales[l * D.heads + h], m = new Float32Array(nr * nc);
-  for (let i = 0; i < nr * nc; i++) m[i] = BYTES[off + i] * sc;
+  const m = weights(T.offset + 2 * (l * D.heads + h) * nr * nc, nr * nc);
   return {m, n: T.keys ? null : nr, nr, nc, rows: T.tokens, cols, align: T.align};
 }
 const labelsOf = t => D.texts[t].labels || D.labels;
@@ -42,9 +54,7 @@ const floats = (offset, count) => new Float32Array(BYTES.buffer, BYTES.byteOffse
 // The model view's thumbnails, max-pooled in Python (a 1024-token model is not pooled here).
 function thumbMatrix(t, l, h){
   const T = D.texts[t], th = T.thumbs, k = l * D.heads + h, size = th.r * th.c;
-  const sc = th.scales[k], m = new Float32Array(size), off = th.offset + k * size;
-  for (let i = 0; i < size; i++) m[i] = BYTES[off + i] * sc;
-  return {m, nr: th.r, nc: th.c};
+  return {m: weights(th.offset + 2 * k * size, size), nr: th.r, nc: th.c};
 }
 // Value-weighted attention (Kobayashi et al. 2020): alpha_ij * ||v_j||, what key j adds to the
 // output of query i, beside alpha_ij, the weight alone.
@@ -59,9 +69,8 @@ function valueWeighted(M, t, l, h){
 function attrMatrix(kind, l){
   const A = D.first[kind];
   if (!A) return null;
-  const n = D.texts[0].tokens.length, k = A.per_layer ? l : 0, off = A.offset + k * n * n;
-  const sc = A.scales[k], m = new Float32Array(n * n);
-  for (let i = 0; i < n * n; i++) m[i] = BYTES[off + i] * sc;
+  const n = D.texts[0].tokens.length, k = A.per_layer ? l : 0;
+  const m = weights(A.offset + 2 * k * n * n, n * n);
   return {m, n, rows: D.texts[0].tokens, cols: D.texts[0].tokens};
 }
 // Word level (Clark et al. 2019): sum over the attended pieces, mean over the attending ones.
@@ -156,7 +165,7 @@ function heatPanel(prefix, V, label){
   canvas.onmousemove = e => { const r = canvas.getBoundingClientRect();
     const j = Math.floor((e.clientX - r.left) / r.width * V.nc), i = Math.floor((e.clientY - r.top) / r.height * V.nr);
     if (i < 0 || j < 0 || i >= V.nr || j >= V.nc) return;
-    $(prefix + '-value').textContent = V.rows[i] + ' (' + i + ') \u2192 ' + V.cols[j] + ' (' + j + '): ' + V.m[i * V.nc + j].toFixed(4); };
+    $(prefix + '-value').textContent = V.rows[i] + ' (' + i + ') \u2192 ' + V.cols[j] + ' (' + j + '): ' + num(V.m[i * V.nc + j]); };
 }
 // Thumbnails on a square-root scale of the map's own maximum, so a spread-out head is not
 // drawn black.
@@ -269,6 +278,7 @@ function neuronView(){
   const T = D.texts[S.text], N = T.neuron, box = $('neuron-body');
   box.replaceChildren();
   const say = text => { const p = document.createElement('p'); p.textContent = text; box.appendChild(p); };
+  $('neuron-query').hidden = !N;            // no empty dropdown where there is nothing to pick
   if (!N) { say('The model did not report its query and key vectors for this text.'); return; }
   const lay = N.layers[S.layer];
   if (!lay) { say('Layer ' + S.layer + "'s q and k are not embedded in this report (size); " +
@@ -304,7 +314,7 @@ function neuronView(){
     const b = document.createElement('td'); b.appendChild(strip(kv));
     const c = document.createElement('td'); c.appendChild(strip(prod));
     const e = document.createElement('td'); e.className = 'score'; e.textContent = scores[j].toFixed(5);
-    const w = document.createElement('td'); w.textContent = W.m[qi * W.nc + j].toFixed(4);
+    const w = document.createElement('td'); w.textContent = num(W.m[qi * W.nc + j]);
     tr.append(a, b, c, e, w); table.appendChild(tr);
   }
   box.appendChild(table);
@@ -333,7 +343,7 @@ function attribution(){
     for (let i = 0; i < n; i += every) { ctx.save(); ctx.translate(left + (i + 0.5) * w, base + 4); ctx.rotate(Math.PI / 2);
       ctx.fillText(n <= 60 ? toks[i].slice(0, 10) : String(i), 0, 3); ctx.restore(); }
     c.onmousemove = e => { const r = c.getBoundingClientRect(), x = (e.clientX - r.left) / r.width * c.width, i = Math.floor((x - left) / w);
-      if (i >= 0 && i < n) $('flow-value').textContent = toks[i] + ' (' + i + '): ' + values[i].toFixed(4); };
+      if (i >= 0 && i < n) $('flow-value').textContent = toks[i] + ' (' + i + '): ' + num(values[i]); };
     f.appendChild(c);
   }
 }
