@@ -17,6 +17,7 @@ _PUBLIC = {
     "Capabilities": "attnlab.core.registry",
     "attend": "attnlab.core.api",
     "attention": "attnlab.core.api",
+    "attention_stats": "attnlab.core.stats",
     "list_backends": "attnlab.core.registry",
     "merge_partials": "attnlab.core.softmax",
     "register_backend": "attnlab.core.registry",

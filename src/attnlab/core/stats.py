@@ -1,0 +1,217 @@
+"""Statistics of every attention row and column without the N_q x N_k matrix.
+
+:func:`attention_stats` answers the questions asked of attention at long context (where the
+sinks are, which heads stay local, how much attention each token receives) in memory linear
+in the sequence length. It walks the tiles of the ``tiled`` backend (the same scores, masks,
+bias, softcap and score_mod, :class:`attnlab.core.backends.tiled._Tiles`) twice:
+
+1. the row's log-sum-exp, online: ``m <- max(m, max_j s_ij)``,
+   ``l <- l e^(m_old - m) + sum_j e^(s_ij - m)``, ``lse = m + log l`` (with sinks,
+   ``lse <- log(e^lse + e^sink)``);
+2. with ``lse`` known, each tile's weights ``p_ij = e^(s_ij - lse_i)`` exactly, summed into
+   the statistics below. Column sums need every row's ``lse`` first, hence the second pass.
+
+Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-right alignment):
+
+* ``lse``; ``entropy`` ``H_i = -sum_j p_ij log p_ij`` (the sink's own share included);
+* ``max_weight`` and ``argmax`` (the first key with the largest weight);
+* ``sink_mass``: the mass on the first ``sink_keys`` keys;
+* ``prev_mass``: the mass on key ``p_i - 1``;
+* ``local_mass``: the mass on keys with ``|j - p_i| <= band``;
+* ``distance``: the mean attention distance ``sum_j p_ij |p_i - j|``;
+
+and per key j, ``received``: ``sum_i p_ij``, the attention it receives.
+
+A row that keeps no key (fully masked) has lse ``-inf`` and every statistic 0 (argmax -1),
+never NaN. Weights are those of the softmax before dropout. :func:`reference_stats` computes
+the same from dense weights: the specification the tests hold the tiled pass to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.core.spec import build_spec
+
+LN2 = math.log(2.0)
+FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "local_mass",
+          "distance", "received")
+
+
+@dataclass
+class AttentionStats:
+    """Row statistics ``(..., N_q)`` and column sums ``(..., N_k)`` (None when not asked);
+    see the module docstring for their definitions."""
+
+    lse: torch.Tensor
+    entropy: torch.Tensor
+    max_weight: torch.Tensor
+    argmax: torch.Tensor
+    sink_mass: torch.Tensor
+    prev_mass: torch.Tensor
+    local_mass: torch.Tensor
+    distance: torch.Tensor
+    received: torch.Tensor | None
+
+
+def _check_options(sink_keys, band) -> None:
+    if not isinstance(sink_keys, int) or isinstance(sink_keys, bool) or sink_keys < 0:
+        raise ValueError(f"sink_keys must be an int >= 0 (how many first keys count as the "
+                         f"sink), got {sink_keys!r}")
+    if not isinstance(band, int) or isinstance(band, bool) or band < 0:
+        raise ValueError(f"band must be an int >= 0 (keys within this distance of the "
+                         f"query's position count as local), got {band!r}")
+
+
+def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool = False,
+                    window=None, scale: float | None = None, temperature: float = 1.0,
+                    softcap: float | None = None, score_mod=None,
+                    sinks: torch.Tensor | None = None, enable_gqa: bool = False,
+                    sink_keys: int = 1, band: int = 16, columns: bool = True,
+                    block: tuple[int, int] | None = None) -> AttentionStats:
+    """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
+    linear in the sequence length (see the module docstring).
+
+    Args:
+        q: ``(..., N_q, D)``; k: ``(..., N_k, D)`` (``H_kv`` heads under ``enable_gqa``).
+        mask, causal, window, scale, temperature, softcap, score_mod, sinks, enable_gqa: as
+            :func:`attnlab.attention` (values are not needed).
+        sink_keys: the first keys whose mass is ``sink_mass`` (default 1: the first token).
+        band: keys within this distance of the query's aligned position are local.
+        columns: also the attention each key receives (a second pass over the tiles).
+        block: the tiles ``(block_q, block_k)`` (default: the tiled backend's).
+
+    Returns:
+        :class:`AttentionStats`, float32 for half-precision inputs, else q's dtype.
+    """
+    from attnlab.core.backends import tiled as T
+
+    _check_options(sink_keys, band)
+    spec = build_spec(q, k, k, mask=mask, causal=causal, window=window, scale=scale,
+                      temperature=temperature, softcap=softcap, score_mod=score_mod,
+                      enable_gqa=enable_gqa)
+    if spec.mask is not None and spec.mask.requires_grad:
+        raise ValueError("attention_stats does not differentiate: pass mask.detach()")
+    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
+    with torch.no_grad():
+        qf = q.expand(*spec.batch_shape, *q.shape[-2:]).reshape(n_bh, spec.n_q, spec.d_k)
+        kf = k.expand(*spec.kv_batch_shape, *k.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_k)
+        qf, kf = qf.to(compute), kf.to(compute)
+        sink = None
+        if sinks is not None:
+            sink = sinks.to(compute).expand(spec.batch_shape).reshape(n_bh, 1)
+        with (T.tile_sizes(*block) if block is not None else contextlib.nullcontext()):
+            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns)
+    shape = spec.batch_shape
+    return AttentionStats(**{name: (None if t is None else
+                                    t.reshape(*shape, t.shape[-1]))
+                             for name, t in out.items()})
+
+
+def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool) -> dict:
+    from attnlab.core.backends.tiled import _key_blocks, _sizes, _Tiles
+
+    n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
+    dev, dt = q.device, q.dtype
+    tiles = _Tiles(spec, n_bh, spec.float_bias())
+    q_s = tiles.q_scaled(q)
+    unit = LN2 if tiles.base2 else 1.0          # scores in log2 units when base2
+    block_q, block_k = _sizes()
+    # pass 1: lse of every row (call units), online over the key blocks
+    lse = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        m = torch.full((n_bh, i1 - i0), float("-inf"), dtype=dt, device=dev)
+        l = torch.zeros((n_bh, i1 - i0), dtype=dt, device=dev)
+        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+            s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+            if s is None:
+                continue
+            m_new = torch.maximum(m, s.amax(-1))
+            safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+            shrink = torch.where(torch.isfinite(m), m - safe, torch.full_like(m, -1e30))
+            l = l * tiles.exp(shrink) + tiles.exp(s - safe[..., None]).sum(-1)
+            m = m_new
+        lse[:, i0:i1] = torch.where(l > 0, m + tiles.log(l.clamp_min(1e-300)),
+                                    torch.full_like(l, float("-inf")))
+    if sink is not None:                       # one more logit per row, with no value
+        lse = torch.logaddexp(lse, sink / unit) if not tiles.base2 else \
+            torch.logaddexp2(lse, sink / unit)
+    # pass 2: the weights tile by tile, exactly
+    stats = {name: torch.zeros((n_bh, n_q), dtype=dt, device=dev) for name in
+             ("entropy", "max_weight", "sink_mass", "prev_mass", "local_mass", "distance")}
+    best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
+    argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
+    received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
+    empty = torch.isneginf(lse)
+    lse_safe = torch.where(empty, torch.zeros_like(lse), lse)
+    off = n_k - n_q
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        pos = torch.arange(i0, i1, device=dev, dtype=dt)[:, None] + off        # (bq, 1)
+        ls = lse_safe[:, i0:i1, None]
+        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+            s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+            if s is None:
+                continue
+            z = s - ls                                                        # log p, units
+            p = tiles.exp(z).masked_fill(empty[:, i0:i1, None], 0.0)          # (BH, bq, bk)
+            keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]        # (1, bk)
+            stats["entropy"][:, i0:i1] -= torch.where(p > 0, p * z * unit, 0.0).sum(-1)
+            top, idx = s.max(-1)
+            better = top > best[:, i0:i1]
+            best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
+            argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
+            if j0 < sink_keys:
+                stats["sink_mass"][:, i0:i1] += p[..., : min(sink_keys, j1) - j0].sum(-1)
+            dist = (pos - keys).abs()                                         # (bq, bk)
+            stats["prev_mass"][:, i0:i1] += (p * (keys == pos - 1)).sum(-1)
+            stats["local_mass"][:, i0:i1] += (p * (dist <= band)).sum(-1)
+            stats["distance"][:, i0:i1] += (p * dist).sum(-1)
+            if received is not None:
+                received[:, j0:j1] += p.sum(1)
+    top = tiles.exp(torch.where(empty, torch.zeros_like(best), best - lse_safe))
+    stats["max_weight"] = torch.where(empty, torch.zeros_like(top), top)
+    argmax = torch.where(empty, torch.full_like(argmax, -1), argmax)
+    if sink is not None:                       # the sink's own share of the entropy
+        zs = sink / unit - lse_safe
+        ps = tiles.exp(zs).masked_fill(empty, 0.0)
+        stats["entropy"] -= torch.where(ps > 0, ps * zs * unit, torch.zeros_like(ps))
+    return {"lse": torch.where(empty, lse, lse * unit), **stats, "argmax": argmax,
+            "received": received}
+
+
+def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
+                    sink_weight: torch.Tensor | None = None, sink_keys: int = 1,
+                    band: int = 16) -> AttentionStats:
+    """The same statistics from dense weights ``(..., N_q, N_k)`` (the specification):
+    ``lse`` is passed through; ``sink_weight`` ``(..., N_q)``, the sinks' share of each row,
+    enters the entropy."""
+    _check_options(sink_keys, band)
+    w = weights
+    n_q, n_k = w.shape[-2:]
+    pos = torch.arange(n_q, dtype=w.dtype, device=w.device)[:, None] + (n_k - n_q)
+    keys = torch.arange(n_k, dtype=w.dtype, device=w.device)[None, :]
+    dist = (pos - keys).abs()
+    plogp = torch.where(w > 0, w * torch.log(w.clamp_min(1e-300)), torch.zeros_like(w))
+    entropy = -plogp.sum(-1)
+    if sink_weight is not None:
+        entropy = entropy - torch.where(sink_weight > 0, sink_weight
+                                        * torch.log(sink_weight.clamp_min(1e-300)),
+                                        torch.zeros_like(sink_weight))
+    top, arg = w.max(-1)
+    empty = w.sum(-1) == 0
+    if sink_weight is not None:
+        empty = empty & (sink_weight == 0)
+    return AttentionStats(
+        lse=lse if lse is not None else torch.full_like(entropy, float("nan")),
+        entropy=entropy, max_weight=torch.where(empty, torch.zeros_like(top), top),
+        argmax=torch.where(w.sum(-1) == 0, torch.full_like(arg, -1), arg),
+        sink_mass=w[..., :sink_keys].sum(-1), prev_mass=(w * (keys == pos - 1)).sum(-1),
+        local_mass=(w * (dist <= band)).sum(-1), distance=(w * dist).sum(-1),
+        received=w.sum(-2))

@@ -1,0 +1,105 @@
+"""attention_stats: every statistic equals the same statistic computed from the dense float64
+weights of the reference backend, within 1e-5 in float32, at lengths that cross the tiles, for
+every mask attnlab takes (causal, window, padding, a mask function, GQA, softcap, sinks,
+temperature, a float bias); fully masked rows give defined values, never NaN."""
+
+import pytest
+import torch
+
+from attnlab import attention, masks
+from attnlab.core.stats import FIELDS, attention_stats, reference_stats
+
+BLOCK = (16, 32)                 # small tiles: the lengths below cross many of them
+
+
+def _qkv(b, h, n_q, n_k, d=8, h_kv=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h_kv = h_kv or h
+    return (torch.randn(b, h, n_q, d, generator=g, dtype=torch.float64) * 1.5,
+            torch.randn(b, h_kv, n_k, d, generator=g, dtype=torch.float64) * 1.5)
+
+
+def _gold(q, k, sinks=None, **kw):
+    v = torch.zeros(*k.shape[:-1], 1, dtype=k.dtype)
+    res = attention(q, k, v, backend="reference", return_weights=True, return_lse=True,
+                    sinks=sinks, **kw)
+    share = None
+    if sinks is not None:
+        share = (1 - res.weights.sum(-1)).clamp_min(0)
+        share = torch.where(torch.isneginf(res.lse), torch.zeros_like(share), share)
+    return res, share
+
+
+CASES = {
+    "plain": lambda s: {},
+    "causal": lambda s: {"causal": True},
+    "window (20, 5)": lambda s: {"window": (20, 5)},
+    "causal + window 30": lambda s: {"causal": True, "window": 30},
+    "key padding, one sequence empty": lambda s: {
+        "mask": masks.key_padding(torch.tensor([max(s[3] - 9, 1), 0]))},
+    "segments": lambda s: {"mask": masks.segments(torch.arange(s[2]) * 3 // s[2],
+                                                  torch.arange(s[3]) * 3 // s[3])},
+    "softcap 3, temperature 0.7": lambda s: {"softcap": 3.0, "temperature": 0.7},
+    "float bias": lambda s: {"mask": torch.randn(s[2], s[3], dtype=torch.float64,
+                                                 generator=torch.Generator().manual_seed(5))},
+}
+SHAPES = [(2, 2, 1, 1), (2, 2, 129, 129), (2, 2, 70, 33), (1, 2, 45, 100)]   # N_q > N_k too
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_statistic_equals_the_dense_weights(shape, case):
+    q, k = _qkv(*shape)
+    kw = CASES[case](shape)
+    gold, _ = _gold(q, k, **kw)
+    want = reference_stats(gold.weights, lse=gold.lse, sink_keys=3, band=7)
+    got = attention_stats(q.float(), k.float(), sink_keys=3, band=7, block=BLOCK,
+                          **{a: (b.float() if isinstance(b, torch.Tensor) and b.is_floating_point()
+                                 else b) for a, b in kw.items()})
+    for name in FIELDS:
+        a, b = getattr(got, name), getattr(want, name)
+        assert torch.isfinite(a.double()).all() or name == "lse", name
+        if name == "argmax":
+            top = gold.weights.max(-1).values
+            picked = gold.weights.gather(-1, a.clamp_min(0)[..., None])[..., 0]
+            assert torch.allclose(picked, top, atol=1e-6) and torch.equal(a < 0, b < 0), name
+            continue
+        both_inf = torch.isinf(a.double()) & torch.isinf(b)
+        err = torch.where(both_inf, 0.0, (a.double() - b).abs())
+        scale = 1.0 if name != "distance" and name != "received" else max(float(b.abs().max()), 1)
+        assert float(err.max()) <= 1e-5 * scale, (name, float(err.max()))
+
+
+@pytest.mark.parametrize("n", [1, 129, 300])
+def test_grouped_query_heads_and_sinks(n):
+    q, k = _qkv(2, 4, n, n, h_kv=2, seed=3)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
+    gold, share = _gold(q, k, sinks=sinks, causal=True, enable_gqa=True)
+    want = reference_stats(gold.weights, lse=gold.lse, sink_weight=share)
+    got = attention_stats(q.float(), k.float(), causal=True, enable_gqa=True,
+                          sinks=sinks.float(), block=BLOCK)
+    for name in ("lse", "entropy", "max_weight", "sink_mass", "prev_mass", "local_mass"):
+        torch.testing.assert_close(getattr(got, name).double(), getattr(want, name),
+                                   atol=1e-5, rtol=1e-5, msg=name)
+    torch.testing.assert_close(got.received.double(), want.received, atol=1e-4, rtol=1e-5)
+
+
+def test_fully_masked_rows_are_defined_never_nan():
+    q, k = _qkv(1, 1, 40, 10)
+    got = attention_stats(q.float(), k.float(), causal=True, block=BLOCK)   # rows 0..29 empty
+    assert torch.isneginf(got.lse[..., :30]).all() and torch.isfinite(got.lse[..., 30:]).all()
+    for name in ("entropy", "max_weight", "sink_mass", "prev_mass", "local_mass", "distance"):
+        t = getattr(got, name)
+        assert torch.isfinite(t).all() and (t[..., :30] == 0).all(), name
+    assert (got.argmax[..., :30] == -1).all() and (got.argmax[..., 30:] >= 0).all()
+    gold, _ = _gold(q, k, causal=True)
+    torch.testing.assert_close(got.received.double(), gold.weights.sum(-2), atol=1e-5,
+                               rtol=1e-5)
+
+
+def test_bad_options_are_refused_by_name():
+    q, k = _qkv(1, 1, 4, 4)
+    with pytest.raises(ValueError, match="sink_keys"):
+        attention_stats(q, k, sink_keys=-1)
+    with pytest.raises(ValueError, match="band"):
+        attention_stats(q, k, band=1.5)
