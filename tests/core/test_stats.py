@@ -103,3 +103,16 @@ def test_bad_options_are_refused_by_name():
         attention_stats(q, k, sink_keys=-1)
     with pytest.raises(ValueError, match="band"):
         attention_stats(q, k, band=1.5)
+
+
+def test_match_mass_is_prefix_matching_on_the_token_ids():
+    # a repeated random sequence: the induction pattern's keys are known
+    q, k = _qkv(1, 2, 90, 90, seed=4)
+    ids = torch.randint(0, 7, (90,), generator=torch.Generator().manual_seed(1))
+    gold, _ = _gold(q, k, causal=True)
+    want = reference_stats(gold.weights, ids=ids)
+    got = attention_stats(q.float(), k.float(), causal=True, ids=ids, block=BLOCK)
+    torch.testing.assert_close(got.match_mass.double(), want.match_mass, atol=1e-5, rtol=1e-5)
+    assert float(want.match_mass.max()) > 0.05                  # not a vacuous comparison
+    with pytest.raises(ValueError, match="one token id per position"):
+        attention_stats(q.float(), k.float(), ids=ids[:5])

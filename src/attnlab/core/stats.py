@@ -19,6 +19,9 @@ Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-righ
 * ``prev_mass``: the mass on key ``p_i - 1``;
 * ``local_mass``: the mass on keys with ``|j - p_i| <= band``;
 * ``distance``: the mean attention distance ``sum_j p_ij |p_i - j|``;
+* ``match_mass`` (with token ``ids``): the mass on keys whose previous token is the query's
+  token, ``sum_{j >= 1, ids[j-1] = ids[i]} p_ij`` (Olsson et al. 2022's prefix matching: an
+  induction head attends to the token after the previous occurrence of the current one);
 
 and per key j, ``received``: ``sum_i p_ij``, the attention it receives.
 
@@ -40,6 +43,8 @@ from attnlab.core.spec import build_spec
 LN2 = math.log(2.0)
 FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "local_mass",
           "distance", "received")
+ROW_FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "local_mass",
+              "distance", "match_mass")
 
 
 @dataclass
@@ -56,6 +61,7 @@ class AttentionStats:
     local_mass: torch.Tensor
     distance: torch.Tensor
     received: torch.Tensor | None
+    match_mass: torch.Tensor | None = None
 
 
 def _check_options(sink_keys, band) -> None:
@@ -72,6 +78,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                     softcap: float | None = None, score_mod=None,
                     sinks: torch.Tensor | None = None, enable_gqa: bool = False,
                     sink_keys: int = 1, band: int = 16, columns: bool = True,
+                    ids: torch.Tensor | None = None,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
     linear in the sequence length (see the module docstring).
@@ -83,6 +90,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
         sink_keys: the first keys whose mass is ``sink_mass`` (default 1: the first token).
         band: keys within this distance of the query's aligned position are local.
         columns: also the attention each key receives (a second pass over the tiles).
+        ids: the token ids ``(N,)`` of a self-attention (N_q = N_k), for ``match_mass``.
         block: the tiles ``(block_q, block_k)`` (default: the tiled backend's).
 
     Returns:
@@ -105,15 +113,21 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
         sink = None
         if sinks is not None:
             sink = sinks.to(compute).expand(spec.batch_shape).reshape(n_bh, 1)
+        if ids is not None:
+            ids = torch.as_tensor(ids).reshape(-1).to(q.device)
+            if ids.numel() != spec.n_k or spec.n_q != spec.n_k:
+                raise ValueError(f"ids must be one token id per position of a self-attention, "
+                                 f"({spec.n_k},) for N_q = N_k = {spec.n_k}; got "
+                                 f"{tuple(ids.shape)} for N_q = {spec.n_q}")
         with (T.tile_sizes(*block) if block is not None else contextlib.nullcontext()):
-            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns)
+            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids)
     shape = spec.batch_shape
     return AttentionStats(**{name: (None if t is None else
                                     t.reshape(*shape, t.shape[-1]))
                              for name, t in out.items()})
 
 
-def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool) -> dict:
+def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids) -> dict:
     from attnlab.core.backends.tiled import _key_blocks, _sizes, _Tiles
 
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
@@ -122,12 +136,15 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool) -> d
     q_s = tiles.q_scaled(q)
     unit = LN2 if tiles.base2 else 1.0          # scores in log2 units when base2
     block_q, block_k = _sizes()
-    # pass 1: lse of every row (call units), online over the key blocks
-    lse = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
+    # pass 1: each row's max m and sum l = sum_j e^(s_ij - m), online over the key blocks (in
+    # call units). They are kept apart, not as lse = m + log l: under a huge additive mask
+    # (the dtype's minimum on every key of a padded row) m + log l rounds to m, and e^(s - lse)
+    # would give every key the weight 1 instead of 1/N
+    m_all = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
+    l_all = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
     for i0 in range(0, n_q, block_q):
         i1 = min(i0 + block_q, n_q)
-        m = torch.full((n_bh, i1 - i0), float("-inf"), dtype=dt, device=dev)
-        l = torch.zeros((n_bh, i1 - i0), dtype=dt, device=dev)
+        m, l = m_all[:, i0:i1].clone(), l_all[:, i0:i1].clone()
         for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
@@ -137,32 +154,38 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool) -> d
             shrink = torch.where(torch.isfinite(m), m - safe, torch.full_like(m, -1e30))
             l = l * tiles.exp(shrink) + tiles.exp(s - safe[..., None]).sum(-1)
             m = m_new
-        lse[:, i0:i1] = torch.where(l > 0, m + tiles.log(l.clamp_min(1e-300)),
-                                    torch.full_like(l, float("-inf")))
+        m_all[:, i0:i1], l_all[:, i0:i1] = m, l
+    empty = l_all == 0
+    m_all = torch.where(empty, torch.zeros_like(m_all), m_all)
     if sink is not None:                       # one more logit per row, with no value
-        lse = torch.logaddexp(lse, sink / unit) if not tiles.base2 else \
-            torch.logaddexp2(lse, sink / unit)
-    # pass 2: the weights tile by tile, exactly
+        su = sink.expand(n_bh, n_q) / unit
+        top = torch.where(empty, su, torch.maximum(m_all, su))
+        l_all = l_all * tiles.exp(m_all - top) + tiles.exp(su - top)
+        m_all, empty = top, torch.zeros_like(empty)
+    lse = torch.where(empty, torch.full_like(m_all, float("-inf")), m_all + tiles.log(
+        l_all.clamp_min(1e-300)))
+    # pass 2: the weights tile by tile, exactly: p_ij = e^(s_ij - m_i) / l_i
     stats = {name: torch.zeros((n_bh, n_q), dtype=dt, device=dev) for name in
              ("entropy", "max_weight", "sink_mass", "prev_mass", "local_mass", "distance")}
+    if ids is not None:
+        stats["match_mass"] = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
+        before = torch.cat([ids.new_full((1,), -1), ids[:-1]])        # the token before key j
     best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
     received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
-    empty = torch.isneginf(lse)
-    lse_safe = torch.where(empty, torch.zeros_like(lse), lse)
+    inv_l = torch.where(empty, torch.zeros_like(l_all), 1.0 / l_all.clamp_min(1e-300))
     off = n_k - n_q
     for i0 in range(0, n_q, block_q):
         i1 = min(i0 + block_q, n_q)
         pos = torch.arange(i0, i1, device=dev, dtype=dt)[:, None] + off        # (bq, 1)
-        ls = lse_safe[:, i0:i1, None]
+        mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
         for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
-            z = s - ls                                                        # log p, units
-            p = tiles.exp(z).masked_fill(empty[:, i0:i1, None], 0.0)          # (BH, bq, bk)
+            p = tiles.exp(s - mi) * li                                        # (BH, bq, bk)
             keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]        # (1, bk)
-            stats["entropy"][:, i0:i1] -= torch.where(p > 0, p * z * unit, 0.0).sum(-1)
+            stats["entropy"][:, i0:i1] -= torch.xlogy(p, p).sum(-1)
             top, idx = s.max(-1)
             better = top > best[:, i0:i1]
             best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
@@ -173,22 +196,25 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool) -> d
             stats["prev_mass"][:, i0:i1] += (p * (keys == pos - 1)).sum(-1)
             stats["local_mass"][:, i0:i1] += (p * (dist <= band)).sum(-1)
             stats["distance"][:, i0:i1] += (p * dist).sum(-1)
+            if ids is not None:
+                same = before[j0:j1][None, :] == ids[i0:i1][:, None]          # (bq, bk)
+                stats["match_mass"][:, i0:i1] += (p * same).sum(-1)
             if received is not None:
                 received[:, j0:j1] += p.sum(1)
-    top = tiles.exp(torch.where(empty, torch.zeros_like(best), best - lse_safe))
-    stats["max_weight"] = torch.where(empty, torch.zeros_like(top), top)
-    argmax = torch.where(empty, torch.full_like(argmax, -1), argmax)
+    keyless = torch.isneginf(best)                  # no key kept (a sink alone, or nothing)
+    top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
+    stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
+    argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
     if sink is not None:                       # the sink's own share of the entropy
-        zs = sink / unit - lse_safe
-        ps = tiles.exp(zs).masked_fill(empty, 0.0)
-        stats["entropy"] -= torch.where(ps > 0, ps * zs * unit, torch.zeros_like(ps))
-    return {"lse": torch.where(empty, lse, lse * unit), **stats, "argmax": argmax,
+        ps = tiles.exp(sink.expand(n_bh, n_q) / unit - m_all) * inv_l
+        stats["entropy"] -= torch.xlogy(ps, ps)
+    return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
             "received": received}
 
 
 def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
                     sink_weight: torch.Tensor | None = None, sink_keys: int = 1,
-                    band: int = 16) -> AttentionStats:
+                    band: int = 16, ids: torch.Tensor | None = None) -> AttentionStats:
     """The same statistics from dense weights ``(..., N_q, N_k)`` (the specification):
     ``lse`` is passed through; ``sink_weight`` ``(..., N_q)``, the sinks' share of each row,
     enters the entropy."""
@@ -214,4 +240,5 @@ def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
         argmax=torch.where(w.sum(-1) == 0, torch.full_like(arg, -1), arg),
         sink_mass=w[..., :sink_keys].sum(-1), prev_mass=(w * (keys == pos - 1)).sum(-1),
         local_mass=(w * (dist <= band)).sum(-1), distance=(w * dist).sum(-1),
-        received=w.sum(-2))
+        received=w.sum(-2), match_mass=None if ids is None else (w * (
+            torch.cat([ids.new_full((1,), -1), ids[:-1]])[None, :] == ids[:, None])).sum(-1))

@@ -196,6 +196,11 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
                 f"output_attentions=True asks for the attention weights, which attnlab's "
                 f"{backend!r} backend does not compute; use attn_implementation='attnlab' "
                 "(auto picks a backend that returns them) or 'attnlab_reference'")
+    collector = _recording.census()
+    if collector is not None:                    # attnlab.inspect.census: statistics, no map
+        collector.add(module, query, key, dict(
+            mask=mask, causal=causal, window=window, scale=scaling, softcap=softcap,
+            sinks=sink, enable_gqa=query.shape[1] != key.shape[1]))
     if backend != "auto":
         _refuse_in_model_terms(backend, module, query, mask, dropout, softcap, sink,
                                position_bias)

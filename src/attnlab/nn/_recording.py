@@ -32,3 +32,21 @@ def push(recorder) -> object:
 
 def pop(token) -> None:
     _RECORDERS.reset(token)
+
+
+# The census (attnlab.inspect.census) listens here: attention calls hand over what the
+# statistics need (q and k as they enter the scores, and the call's masks and options).
+_CENSUS: ContextVar[object | None] = ContextVar("attnlab_census", default=None)
+
+
+def census() -> object | None:
+    """The active census collector, or None."""
+    return _CENSUS.get()
+
+
+def push_census(collector) -> object:
+    return _CENSUS.set(collector)
+
+
+def pop_census(token) -> None:
+    _CENSUS.reset(token)

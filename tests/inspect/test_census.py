@@ -1,0 +1,82 @@
+"""The census of tiny transformers models built from configs: every statistic of every layer
+and head equals the same statistic computed from the model's own output_attentions (eager)
+within 1e-5, at lengths that cross the tiles, with GQA (Llama), a sliding window (Mistral),
+learned positions (GPT-2), an encoder (BERT) and left padding; heads are labelled."""
+
+import pytest
+import torch
+import transformers as tf
+
+from attnlab.core.stats import reference_stats
+from attnlab.inspect import census
+
+V = 50
+
+
+def build(family):
+    torch.manual_seed(0)
+    small = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=32,
+                 intermediate_size=64, vocab_size=V, max_position_embeddings=2048)
+    if family == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, **small))
+    if family == "mistral":
+        return tf.MistralForCausalLM(tf.MistralConfig(num_key_value_heads=2, sliding_window=40,
+                                                      **small))
+    if family == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=V,
+                                                n_positions=2048))
+    if family == "bert":
+        return tf.BertModel(tf.BertConfig(**small))
+    raise AssertionError(family)
+
+
+def _eager_stats(model, ids, mask=None):
+    model.set_attn_implementation("eager")
+    kw = {"attention_mask": mask} if mask is not None else {}
+    with torch.no_grad():
+        maps = model(input_ids=ids, output_attentions=True, **kw).attentions
+    return [reference_stats(a[0].double(), ids=ids[0]) for a in maps]
+
+
+@pytest.mark.parametrize("family, n", [("llama", 1), ("llama", 129), ("llama", 1100),
+                                       ("mistral", 300), ("gpt2", 129), ("bert", 200)])
+def test_census_equals_the_statistics_of_output_attentions(family, n):
+    model = build(family).eval()
+    g = torch.Generator().manual_seed(n)
+    half = torch.randint(3, V, (1, n // 2 + 1), generator=g)
+    ids = torch.cat([half, half, half], 1)[:, :n]            # repeated: induction can match
+    c = census(model, input_ids=ids)
+    want = _eager_stats(model, ids)
+    assert c.stats["entropy"].shape == (2, 4, n) and len(c.labels) == 2
+    for name in ("entropy", "max_weight", "sink_mass", "prev_mass", "local_mass", "distance",
+                 "match_mass", "received"):
+        got = c.stats[name].double()
+        exp = torch.stack([getattr(s, name) for s in want])
+        scale = max(float(exp.abs().max()), 1.0) if name in ("distance", "received") else 1.0
+        assert float((got - exp).abs().max()) <= 1e-5 * scale, (family, n, name)
+    assert model.config._attn_implementation == "eager"      # set back (here: the test's)
+
+
+def test_left_padding_and_the_labels():
+    model = build("llama").eval()
+    ids = torch.randint(3, V, (1, 150), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :20] = 0
+    c = census(model, input_ids=ids, attention_mask=mask)
+    want = _eager_stats(model, ids, mask)
+    real = slice(20, None)                                   # eager's padded rows are its own
+    for name in ("entropy", "sink_mass", "prev_mass", "received"):
+        exp = torch.stack([getattr(s, name) for s in want])[..., real]
+        got = c.stats[name].double()[..., real]
+        assert float((got - exp).abs().max()) <= 1e-5 * max(float(exp.abs().max()), 1), name
+    flat = [x for row in c.labels for x in row]
+    assert set(flat) <= {"induction", "sink", "previous token", "local", "broad", "mixed"}
+    assert sum(c.counts().values()) == 8
+
+
+def test_census_refuses_what_it_cannot_take():
+    model = build("gpt2")
+    with pytest.raises(ValueError, match="one sequence"):
+        census(model, input_ids=torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(TypeError, match="transformers model"):
+        census(torch.nn.Linear(2, 2), input_ids=torch.ones(1, 5, dtype=torch.long))
