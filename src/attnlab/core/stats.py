@@ -5,11 +5,13 @@ sinks are, which heads stay local, how much attention each token receives) in me
 in the sequence length. It walks the tiles of the ``tiled`` backend (the same scores, masks,
 bias, softcap and score_mod, :class:`attnlab.core.backends.tiled._Tiles`) twice:
 
-1. the row's log-sum-exp, online: ``m <- max(m, max_j s_ij)``,
-   ``l <- l e^(m_old - m) + sum_j e^(s_ij - m)``, ``lse = m + log l`` (with sinks,
-   ``lse <- log(e^lse + e^sink)``);
-2. with ``lse`` known, each tile's weights ``p_ij = e^(s_ij - lse_i)`` exactly, summed into
-   the statistics below. Column sums need every row's ``lse`` first, hence the second pass.
+1. online, as the forward's softmax: ``m <- max(m, max_j s_ij)``,
+   ``l <- l e^(m_old - m) + sum_j e^(s_ij - m)`` and, for each row statistic, the weighted sum
+   ``A_f <- A_f e^(m_old - m) + sum_j e^(s_ij - m) f_ij``; the statistic is ``A_f / l`` (the
+   entropy from ``A_z``, the sum of ``e^(s - m)(s - m)``, as ``log l - A_z / l``); sinks enter
+   as one more logit;
+2. only for the column sums, which need every row's ``m`` and ``l`` first: each tile's weights
+   ``p_ij = e^(s_ij - m_i) / l_i`` again, summed over the rows.
 
 Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-right alignment):
 
@@ -136,78 +138,96 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids)
     q_s = tiles.q_scaled(q)
     unit = LN2 if tiles.base2 else 1.0          # scores in log2 units when base2
     block_q, block_k = _sizes()
-    # pass 1: each row's max m and sum l = sum_j e^(s_ij - m), online over the key blocks (in
-    # call units). They are kept apart, not as lse = m + log l: under a huge additive mask
-    # (the dtype's minimum on every key of a padded row) m + log l rounds to m, and e^(s - lse)
-    # would give every key the weight 1 instead of 1/N
+    # Pass 1, online over the key blocks of each row block (call units): the row max m, the
+    # sum l = sum_j e^(s_ij - m) and, for each statistic f, A_f = sum_j e^(s_ij - m) f_ij, all
+    # rescaled by e^(m_old - m_new) when a block raises the max, as the forward rescales its
+    # output. Entropy uses A_z = sum_j e^(s_ij - m)(s_ij - m), which moves with m as
+    # A_z <- e^(m_old - m_new) (A_z + (m_old - m_new) l). m and l stay apart (not lse = m +
+    # log l): under the dtype's minimum on every key (a padded row) m + log l rounds to m.
+    names = ["z", "sink_mass", "prev_mass", "local_mass", "distance"]
+    if ids is not None:
+        names.append("match_mass")
+        before = torch.cat([ids.new_full((1,), -1), ids[:-1]])        # the token before key j
     m_all = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     l_all = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
-    for i0 in range(0, n_q, block_q):
-        i1 = min(i0 + block_q, n_q)
-        m, l = m_all[:, i0:i1].clone(), l_all[:, i0:i1].clone()
-        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
-            s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
-            if s is None:
-                continue
-            m_new = torch.maximum(m, s.amax(-1))
-            safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
-            shrink = torch.where(torch.isfinite(m), m - safe, torch.full_like(m, -1e30))
-            l = l * tiles.exp(shrink) + tiles.exp(s - safe[..., None]).sum(-1)
-            m = m_new
-        m_all[:, i0:i1], l_all[:, i0:i1] = m, l
-    empty = l_all == 0
-    m_all = torch.where(empty, torch.zeros_like(m_all), m_all)
-    if sink is not None:                       # one more logit per row, with no value
-        su = sink.expand(n_bh, n_q) / unit
-        top = torch.where(empty, su, torch.maximum(m_all, su))
-        l_all = l_all * tiles.exp(m_all - top) + tiles.exp(su - top)
-        m_all, empty = top, torch.zeros_like(empty)
-    lse = torch.where(empty, torch.full_like(m_all, float("-inf")), m_all + tiles.log(
-        l_all.clamp_min(1e-300)))
-    # pass 2: the weights tile by tile, exactly: p_ij = e^(s_ij - m_i) / l_i
-    stats = {name: torch.zeros((n_bh, n_q), dtype=dt, device=dev) for name in
-             ("entropy", "max_weight", "sink_mass", "prev_mass", "local_mass", "distance")}
-    if ids is not None:
-        stats["match_mass"] = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
-        before = torch.cat([ids.new_full((1,), -1), ids[:-1]])        # the token before key j
+    acc = {name: torch.zeros((n_bh, n_q), dtype=dt, device=dev) for name in names}
     best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
-    received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
-    inv_l = torch.where(empty, torch.zeros_like(l_all), 1.0 / l_all.clamp_min(1e-300))
     off = n_k - n_q
     for i0 in range(0, n_q, block_q):
         i1 = min(i0 + block_q, n_q)
         pos = torch.arange(i0, i1, device=dev, dtype=dt)[:, None] + off        # (bq, 1)
-        mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
+        m = torch.full((n_bh, i1 - i0), float("-inf"), dtype=dt, device=dev)
+        l = torch.zeros((n_bh, i1 - i0), dtype=dt, device=dev)
+        a = {name: torch.zeros((n_bh, i1 - i0), dtype=dt, device=dev) for name in names}
         for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
-            p = tiles.exp(s - mi) * li                                        # (BH, bq, bk)
-            keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]        # (1, bk)
-            stats["entropy"][:, i0:i1] -= torch.xlogy(p, p).sum(-1)
             top, idx = s.max(-1)
             better = top > best[:, i0:i1]
             best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
             argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
-            if j0 < sink_keys:
-                stats["sink_mass"][:, i0:i1] += p[..., : min(sink_keys, j1) - j0].sum(-1)
+            m_new = torch.maximum(m, top)
+            safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+            grow = torch.isfinite(m)
+            step = torch.where(grow, m - safe, torch.zeros_like(m))          # m_old - m_new
+            phi = torch.where(grow, tiles.exp(step), torch.zeros_like(m))
+            z = s - safe[..., None]                                           # (BH, bq, bk)
+            e = tiles.exp(z)
+            ez = torch.where(e > 0, e * z, 0.0).sum(-1)
+            a["z"] = phi * (a["z"] + step * l) + ez
+            l = l * phi + e.sum(-1)
+            m = m_new
+            keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]        # (1, bk)
             dist = (pos - keys).abs()                                         # (bq, bk)
-            stats["prev_mass"][:, i0:i1] += (p * (keys == pos - 1)).sum(-1)
-            stats["local_mass"][:, i0:i1] += (p * (dist <= band)).sum(-1)
-            stats["distance"][:, i0:i1] += (p * dist).sum(-1)
+            sink_e = e[..., : max(0, min(sink_keys, j1) - j0)].sum(-1) if j0 < sink_keys \
+                else 0.0
+            a["sink_mass"] = a["sink_mass"] * phi + sink_e
+            a["prev_mass"] = a["prev_mass"] * phi + (e * (keys == pos - 1)).sum(-1)
+            a["local_mass"] = a["local_mass"] * phi + (e * (dist <= band)).sum(-1)
+            a["distance"] = a["distance"] * phi + (e * dist).sum(-1)
             if ids is not None:
                 same = before[j0:j1][None, :] == ids[i0:i1][:, None]          # (bq, bk)
-                stats["match_mass"][:, i0:i1] += (p * same).sum(-1)
-            if received is not None:
-                received[:, j0:j1] += p.sum(1)
-    keyless = torch.isneginf(best)                  # no key kept (a sink alone, or nothing)
+                a["match_mass"] = a["match_mass"] * phi + (e * same).sum(-1)
+        m_all[:, i0:i1], l_all[:, i0:i1] = m, l
+        for name in names:
+            acc[name][:, i0:i1] = a[name]
+    keyless = l_all == 0                     # no key kept
+    m_all = torch.where(keyless, torch.zeros_like(m_all), m_all)
+    empty = keyless
+    if sink is not None:                     # one more logit per row, with no value
+        su = sink.expand(n_bh, n_q) / unit
+        top = torch.where(keyless, su, torch.maximum(m_all, su))
+        step = m_all - top
+        phi = torch.where(keyless, torch.zeros_like(step), tiles.exp(step))
+        es = tiles.exp(su - top)
+        acc["z"] = phi * (acc["z"] + step * l_all) + es * (su - top)
+        for name in names[1:]:
+            acc[name] = acc[name] * phi
+        l_all = l_all * phi + es
+        m_all, empty = top, torch.zeros_like(keyless)
+    inv_l = torch.where(empty, torch.zeros_like(l_all), 1.0 / l_all.clamp_min(1e-300))
+    log_l = tiles.log(l_all.clamp_min(1e-300))
+    lse = torch.where(empty, torch.full_like(m_all, float("-inf")), m_all + log_l)
+    stats = {"entropy": torch.where(empty, torch.zeros_like(l_all),
+                                    (log_l - acc["z"] * inv_l) * unit)}
+    for name in names[1:]:
+        stats[name] = acc[name] * inv_l
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
-    if sink is not None:                       # the sink's own share of the entropy
-        ps = tiles.exp(sink.expand(n_bh, n_q) / unit - m_all) * inv_l
-        stats["entropy"] -= torch.xlogy(ps, ps)
+    # pass 2, only for the column sums: every row's m and l are known now
+    received = None
+    if columns:
+        received = torch.zeros((n_bh, n_k), dtype=dt, device=dev)
+        for i0 in range(0, n_q, block_q):
+            i1 = min(i0 + block_q, n_q)
+            mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
+            for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+                if s is not None:
+                    received[:, j0:j1] += (tiles.exp(s - mi) * li).sum(1)
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
             "received": received}
 
