@@ -59,13 +59,16 @@ class Census:
 
     @property
     def layers(self) -> int:
+        """Number of layers (attention calls seen)."""
         return len(self.labels)
 
     @property
     def heads(self) -> int:
+        """Number of query heads per layer."""
         return len(self.labels[0]) if self.labels else 0
 
     def counts(self) -> dict[str, int]:
+        """How many heads carry each label."""
         flat = [x for row in self.labels for x in row]
         return {name: flat.count(name) for name in LABELS if name in flat}
 
