@@ -188,3 +188,12 @@ def test_near_duplicate_flags_are_grouped_and_capped():
     assert one.count("<li>") == 1 and "16 heads" in one
     many = _flags_html([(1, 1)], [((0, 2 * i), (0, 2 * i + 1), 0.01) for i in range(30)])
     assert many.count("<li>") == 1 + FLAG_GROUPS + 1 and "18 more" in many
+
+
+def test_a_capture_that_cannot_fit_is_refused_before_it_starts():
+    from attnlab.inspect.show import check_capture_memory
+
+    cfg = tf.GPT2Config(n_layer=12, n_head=12)
+    check_capture_memory(cfg, 512, "gpt2", available=24 * 10**9)          # 1.1 GB: fine
+    with pytest.raises(MemoryError, match="census.*shorter text"):
+        check_capture_memory(cfg, 8192, "gpt2", available=24 * 10**9)    # 271 GB

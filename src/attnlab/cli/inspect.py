@@ -76,10 +76,13 @@ def inspect_cmd(
         from attnlab.inspect import generative as G
         from attnlab.inspect.show import inspect_hf
 
-        with working(f"inspecting with {model}"):
-            ins = (G.inspect_induction(text) if generative == "induction"
-                   else G.inspect_dates(text) if generative == "dates"
-                   else inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate))
+        try:
+            with working(f"inspecting with {model}"):
+                ins = (G.inspect_induction(text) if generative == "induction"
+                       else G.inspect_dates(text) if generative == "dates"
+                       else inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate))
+        except MemoryError as exc:                # refused before the capture, said in a line
+            raise UsageError(str(exc)) from None
         settings = {"model": ins.model, "text": ins.texts[0][0],
                     "tokens": len(ins.tokens),
                     "layers x heads": f"{ins.layers} x {ins.heads}",

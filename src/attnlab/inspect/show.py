@@ -116,6 +116,38 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
     return ins
 
 
+BYTES_PER_WEIGHT = 28     # peak resident bytes per captured attention weight (measured: a
+                          # GPT-2-small shape at 2,048 tokens peaked at 15.1 GB)
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_capture_memory(config, n: int, name: str, available: int | None = None) -> None:
+    """Refuse, before any computation, a capture of every layer's full maps that would not fit
+    in the memory this machine has free (the process would be killed without a word)."""
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
+    if not layers or not heads:
+        return
+    need = BYTES_PER_WEIGHT * layers * heads * n * n
+    free = _available_bytes() if available is None else available
+    if free is not None and need > 0.8 * free:
+        raise MemoryError(
+            f"capturing the maps of {layers} x {heads} heads of {name} at {n} tokens needs about "
+            f"{need / 1e9:.1f} GB, more than the {free / 1e9:.1f} GB free: use "
+            "attnlab.inspect.census(model, tokenizer, text) for every head's statistics in "
+            "memory linear in the length, or a shorter text")
+
+
 def _check_text(text, pair) -> None:
     """Refuse what show() would otherwise have to guess: several texts, an empty one."""
     for what, value in (("text", text), ("pair", pair)):
@@ -277,6 +309,7 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
         batch.pop("token_type_ids", None)                # generate() refuses what it ignores
         return _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, name)
     causal = bool(getattr(config, "is_decoder", False)) or _is_causal_lm(model)
+    check_capture_memory(config, ids.numel(), name)
     with torch.no_grad(), record(model) as rec:
         out = model(**batch)
     kind = "causal" if causal else "self"
