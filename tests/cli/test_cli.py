@@ -172,3 +172,16 @@ def test_check_imports_a_module_of_the_current_folder(tmp_path, monkeypatch, cap
     assert main(["check", "mypkg.kernels:mine", "--dtypes", "float64"]) == 0
     assert sys.path == before                                  # the folder was not left behind
     assert "FAIL" not in capsys.readouterr().out
+
+
+def test_training_commands_import_torchs_compiler_under_the_start_up_handler():
+    # torch.optim imports torch._dynamo (and Triton's C++ extension, where installed) at the
+    # first optimizer; a Ctrl-C inside that extension's initialisation aborted the process
+    # ("terminate called after throwing an instance of 'nanobind::python_error'"). The
+    # training commands import it at start-up, where an interrupt is one line and 130.
+    code = ("import sys\nfrom attnlab.cli import main\nmain([sys.argv[1], '--help'])\n"
+            "print('DYNAMO', 'torch._dynamo' in sys.modules)\n")
+    for command, loaded in (("demo", True), ("backends", False)):
+        proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True,
+                              text=True, timeout=180)
+        assert f"DYNAMO {loaded}" in proc.stdout, (command, proc.stdout[-300:], proc.stderr[-500:])

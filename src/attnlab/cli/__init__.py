@@ -19,6 +19,9 @@ import sys
 COMMANDS = ("explain", "backends", "inspect", "bench", "check", "diagnose", "fit", "predict",
             "demo", "paper")
 
+# Commands that train (build a torch optimizer): see main().
+TRAINING_COMMANDS = ("fit", "demo", "diagnose", "paper")
+
 __all__ = ["COMMANDS", "main"]
 
 
@@ -41,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         app_module = _load()
+        words = sys.argv[1:] if argv is None else list(argv)
+        if in_main_thread and words and words[0] in TRAINING_COMMANDS:
+            # torch.optim imports torch._dynamo at the first optimizer, and with it Triton's
+            # C++ extension where Triton is installed: a Ctrl-C inside that extension's
+            # initialisation aborts the process with a C++ error instead of one line. Imported
+            # here, an interrupt meets the start-up handler (one line, status 130).
+            import torch._dynamo  # noqa: F401
     finally:
         # From here on Ctrl-C is a KeyboardInterrupt again: result folders clean up after it.
         if in_main_thread:
