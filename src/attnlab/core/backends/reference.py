@@ -51,7 +51,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def absorbed_rows_by_formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                             spec: AttentionSpec, out: torch.Tensor) -> torch.Tensor:
+                             spec: AttentionSpec, out: torch.Tensor,
+                             top: torch.Tensor | None = None) -> torch.Tensor:
     """``out`` with the rows the input dtype's arithmetic decides replaced by the formula's.
 
     A row whose every key carries a float mask of magnitude >= 1 / eps of q's dtype (the
@@ -61,12 +62,14 @@ def absorbed_rows_by_formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     it in a wider dtype keeps the scores instead; it calls this with its ``out`` to give those
     rows the reference's answer and gradient. Only the union of such rows over the batch is
     computed, ``(..., R, N_k)``. Requests with a score_mod or dropout are returned unchanged
-    (their rows depend on positions this does not carry over)."""
+    (their rows depend on positions this does not carry over). ``top``: each row's largest
+    mask entry ``(..., N_q, 1)`` in q's dtype, when the caller has it (not computed twice)."""
     bias = spec.float_bias()
     if bias is None or spec.score_mod is not None or spec.dropout_p > 0:
         return out
     bias = bias.to(q.dtype)
-    top = bias.detach().amax(dim=-1, keepdim=True)                 # (..., N_q or 1, 1)
+    if top is None:
+        top = bias.detach().amax(dim=-1, keepdim=True)             # (..., N_q or 1, 1)
     absorbed = (top <= -1.0 / torch.finfo(q.dtype).eps) & ~torch.isneginf(top)
     if not bool(absorbed.any()):
         return out

@@ -29,8 +29,6 @@ from attnlab.core.backends.reference import absorbed_rows_by_formula
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
-_needs_dense_mask = sdpa_needs_dense_mask
-
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    spec: AttentionSpec) -> AttentionOutput:
@@ -41,7 +39,7 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     unchanged). Differs from the reference in torch's kernel's order of operations; returns
     neither weights nor lse."""
     gqa = {"enable_gqa": True} if spec.kv_groups > 1 else {}     # K/V heads shared, not copied
-    if not _needs_dense_mask(spec):
+    if not sdpa_needs_dense_mask(spec):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=spec.causal,
                                              scale=spec.score_scale, **gqa)
         return AttentionOutput(out=out)
@@ -68,9 +66,11 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=spec.score_scale,
                                          **gqa)
     out = out.masked_fill(empty, 0.0)                         # (..., N_q, D_v)
+    if bias is None:
+        return AttentionOutput(out=out)
     # The shift keeps the scores of rows whose every key carries the dtype's minimum, where
     # the formula in that dtype (eager's) rounds them away: those rows get the reference's.
-    return AttentionOutput(out=absorbed_rows_by_formula(q, k, v, spec, out))
+    return AttentionOutput(out=absorbed_rows_by_formula(q, k, v, spec, out, top=top))
 
 
 
@@ -78,9 +78,9 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _sdpa_cost(spec: AttentionSpec) -> float:
     """Estimated microseconds, fitted on a 2-core CPU (B=1, H=8, D=64)."""
     per_score = 1.1e-3
-    if spec.causal and not _needs_dense_mask(spec):
+    if spec.causal and not sdpa_needs_dense_mask(spec):
         per_score *= 0.5                                      # its kernels skip the upper triangle
-    elif _needs_dense_mask(spec):
+    elif sdpa_needs_dense_mask(spec):
         per_score *= 1.4                                      # builds and reads an N_q x N_k mask
     return 50.0 + per_score * spec.entries
 
@@ -90,5 +90,5 @@ register_backend(
     Capabilities(exact=True, weights=False, lse=False, dropout=False, gqa=True, backward=True),
     description="torch.nn.functional.scaled_dot_product_attention (fused kernels)",
     cost=_sdpa_cost,
-    linear_memory=lambda spec: not _needs_dense_mask(spec),   # else an N_q x N_k mask is built
+    linear_memory=lambda spec: not sdpa_needs_dense_mask(spec),   # else an N_q x N_k mask is built
 )
