@@ -463,6 +463,10 @@ def main() -> int:
                    help="draw the kernels' launch grids to this path and exit (any machine)")
     args = p.parse_args()
     if args.costs_from is not None:
+        if not args.costs_from.is_file():
+            print(f"gpu_check: --costs-from {args.costs_from}: no such file (a timings.jsonl "
+                  "that --sections timing wrote)", file=sys.stderr)
+            return 2
         print(cost_table(args.costs_from))
         return 0
     if args.figure is not None:

@@ -78,5 +78,10 @@ def test_census_refuses_what_it_cannot_take():
     model = build("gpt2")
     with pytest.raises(ValueError, match="one sequence"):
         census(model, input_ids=torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="more than the 2048 positions"):
+        census(model, input_ids=torch.ones(1, 2049, dtype=torch.long))
+    with pytest.raises(ValueError, match="attention_mask must have"):
+        census(model, input_ids=torch.ones(1, 5, dtype=torch.long),
+               attention_mask=torch.ones(1, 4, dtype=torch.long))
     with pytest.raises(TypeError, match="transformers model"):
         census(torch.nn.Linear(2, 2), input_ids=torch.ones(1, 5, dtype=torch.long))

@@ -130,6 +130,16 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     if input_ids.shape[0] != 1:
         raise ValueError(f"census takes one sequence: input_ids of shape (1, N), got "
                          f"{tuple(input_ids.shape)}; run it once per sequence")
+    limit = (getattr(model.config, "max_position_embeddings", None)
+             or getattr(model.config, "n_positions", None))
+    if limit is not None and input_ids.shape[1] > limit:
+        raise ValueError(f"the sequence has {input_ids.shape[1]} tokens, more than the {limit} "
+                         f"positions of {type(model).__name__}; shorten it, or build the model "
+                         "with a larger max_position_embeddings")
+    if attention_mask is not None and tuple(torch.as_tensor(attention_mask).shape) != \
+            tuple(input_ids.shape):
+        raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
+                         f"got {tuple(torch.as_tensor(attention_mask).shape)}")
     ah.register()
     ids = input_ids[0]
     collector = _Collector(ids, sink_keys, band)
