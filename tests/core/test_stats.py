@@ -116,3 +116,43 @@ def test_match_mass_is_prefix_matching_on_the_token_ids():
     assert float(want.match_mass.max()) > 0.05                  # not a vacuous comparison
     with pytest.raises(ValueError, match="one token id per position"):
         attention_stats(q.float(), k.float(), ids=ids[:5])
+
+
+def _pool(w, g):
+    """Dense pooling, the specification: cells of ceil(N / g), the last one short."""
+    n_q, n_k = w.shape[-2:]
+    cq, ck = -(-n_q // g), -(-n_k // g)
+    gq, gk = -(-n_q // cq), -(-n_k // ck)
+    mean = torch.zeros(*w.shape[:-2], gq, gk, dtype=w.dtype)
+    top = torch.zeros_like(mean)
+    for a in range(gq):
+        for b in range(gk):
+            cell = w[..., a * cq:(a + 1) * cq, b * ck:(b + 1) * ck]
+            mean[..., a, b] = cell.mean((-2, -1))
+            top[..., a, b] = cell.amax((-2, -1))
+    return mean, top
+
+
+@pytest.mark.parametrize("shape,g", [((1, 2, 129, 129), 16), ((2, 2, 70, 33), 8),
+                                     ((1, 2, 45, 100), 256), ((1, 1, 1, 1), 4)], ids=str)
+@pytest.mark.parametrize("case", ["causal", "window (20, 5)", "key padding, one sequence empty"])
+def test_pooled_maps_and_exact_rows_equal_the_dense_weights(shape, g, case):
+    q, k = _qkv(*shape, seed=6)
+    kw = CASES[case](shape)
+    gold, _ = _gold(q, k, **kw)
+    rows = [shape[2] - 1, 0, shape[2] // 2]
+    got = attention_stats(q.float(), k.float(), pooled=g, rows=rows, block=BLOCK, **kw)
+    mean, top = _pool(gold.weights, g)
+    torch.testing.assert_close(got.pooled_mean.double(), mean, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got.pooled_max.double(), top, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got.row_weights.double(), gold.weights[..., rows, :],
+                               atol=1e-6, rtol=1e-5)
+    assert got.pooled_mean.shape[-2] <= g and got.pooled_mean.shape[-1] <= g
+
+
+def test_pooled_and_rows_are_checked():
+    q, k = _qkv(1, 1, 10, 10)
+    with pytest.raises(ValueError, match="pooled must be an int >= 1"):
+        attention_stats(q, k, pooled=0)
+    with pytest.raises(ValueError, match=r"rows must be query indices in \[0, 10\)"):
+        attention_stats(q, k, rows=[3, 10])

@@ -27,6 +27,11 @@ Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-righ
 
 and per key j, ``received``: ``sum_i p_ij``, the attention it receives.
 
+Pass 2 can also keep pictures and exact rows, still without the matrix: ``pooled=G`` pools the
+weights onto a ``G x G`` grid of cells of ``ceil(N_q / G) x ceil(N_k / G)`` weights
+(``pooled_mean``: the cell's mean weight, masked weights counting as 0; ``pooled_max``: its
+largest), and ``rows=`` keeps the whole weight rows of the queries named (``row_weights``).
+
 A row that keeps no key (fully masked) has lse ``-inf`` and every statistic 0 (argmax -1),
 never NaN. Weights are those of the softmax before dropout. :func:`reference_stats` computes
 the same from dense weights: the specification the tests hold the tiled pass to.
@@ -64,6 +69,9 @@ class AttentionStats:
     distance: torch.Tensor
     received: torch.Tensor | None
     match_mass: torch.Tensor | None = None
+    pooled_mean: torch.Tensor | None = None
+    pooled_max: torch.Tensor | None = None
+    row_weights: torch.Tensor | None = None
 
 
 def _check_options(sink_keys, band) -> None:
@@ -80,7 +88,8 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                     softcap: float | None = None, score_mod=None,
                     sinks: torch.Tensor | None = None, enable_gqa: bool = False,
                     sink_keys: int = 1, band: int = 16, columns: bool = True,
-                    ids: torch.Tensor | None = None,
+                    ids: torch.Tensor | None = None, pooled: int | None = None,
+                    rows=None,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
     linear in the sequence length (see the module docstring).
@@ -93,6 +102,11 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
         band: keys within this distance of the query's aligned position are local.
         columns: also the attention each key receives (a second pass over the tiles).
         ids: the token ids ``(N,)`` of a self-attention (N_q = N_k), for ``match_mass``.
+        pooled: the side G of the pooled maps ``pooled_mean`` / ``pooled_max``
+            ``(..., G_q, G_k)`` with ``G_q = ceil(N_q / ceil(N_q / G))`` (at most G; N_q
+            itself when N_q <= G). Implies the second pass.
+        rows: query indices whose exact weights are returned, ``row_weights (..., R, N_k)``
+            in the order given. Implies the second pass.
         block: the tiles ``(block_q, block_k)`` (default: the tiled backend's).
 
     Returns:
@@ -101,6 +115,10 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
     from attnlab.core.backends import tiled as T
 
     _check_options(sink_keys, band)
+    if pooled is not None and (not isinstance(pooled, int) or isinstance(pooled, bool)
+                               or pooled < 1):
+        raise ValueError(f"pooled must be an int >= 1 (the side of the pooled maps), got "
+                         f"{pooled!r}")
     spec = build_spec(q, k, k, mask=mask, causal=causal, window=window, scale=scale,
                       temperature=temperature, softcap=softcap, score_mod=score_mod,
                       enable_gqa=enable_gqa)
@@ -121,15 +139,22 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                 raise ValueError(f"ids must be one token id per position of a self-attention, "
                                  f"({spec.n_k},) for N_q = N_k = {spec.n_k}; got "
                                  f"{tuple(ids.shape)} for N_q = {spec.n_q}")
+        if rows is not None:
+            rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
+            bad = (rows < 0) | (rows >= spec.n_q)
+            if bad.any():
+                raise ValueError(f"rows must be query indices in [0, {spec.n_q}), got "
+                                 f"{rows[bad].tolist()[:5]}")
         with (T.tile_sizes(*block) if block is not None else contextlib.nullcontext()):
-            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids)
+            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids, pooled, rows)
     shape = spec.batch_shape
     return AttentionStats(**{name: (None if t is None else
-                                    t.reshape(*shape, t.shape[-1]))
+                                    t.reshape(*shape, *t.shape[1:]))
                              for name, t in out.items()})
 
 
-def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids) -> dict:
+def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
+                pooled=None, rows=None) -> dict:
     from attnlab.core.backends.tiled import _key_blocks, _sizes, _Tiles
 
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
@@ -217,19 +242,67 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids)
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
-    # pass 2, only for the column sums: every row's m and l are known now
-    received = None
-    if columns:
-        received = torch.zeros((n_bh, n_k), dtype=dt, device=dev)
-        for i0 in range(0, n_q, block_q):
-            i1 = min(i0 + block_q, n_q)
-            mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
-            for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
-                s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
-                if s is not None:
-                    received[:, j0:j1] += (tiles.exp(s - mi) * li).sum(1)
+    # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
+    extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows)
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
-            "received": received}
+            **extra}
+
+
+def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> dict:
+    from attnlab.core.backends.tiled import _key_blocks, _sizes
+
+    n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
+    dev, dt = q_s.device, m_all.dtype
+    out = {"received": None, "pooled_mean": None, "pooled_max": None, "row_weights": None}
+    if not columns and pooled is None and rows is None:
+        return out
+    block_q, block_k = _sizes()
+    received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
+    if pooled is not None:
+        cq, ck = -(-n_q // pooled), -(-n_k // pooled)           # cell sides
+        gq, gk = -(-n_q // cq), -(-n_k // ck)                   # grid sides
+        p_sum = torch.zeros((n_bh, gq * gk), dtype=dt, device=dev)
+        p_max = torch.zeros((n_bh, gq * gk), dtype=dt, device=dev)
+    if rows is not None:
+        row_w = torch.zeros((n_bh, rows.numel(), n_k), dtype=dt, device=dev)
+        rows = rows.to(dev)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
+        if rows is not None:
+            here = ((rows >= i0) & (rows < i1)).nonzero().flatten()
+        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+            s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+            if s is None:
+                continue
+            p = tiles.exp(s - mi) * li                                     # (BH, bq, bk)
+            if received is not None:
+                received[:, j0:j1] += p.sum(1)
+            if pooled is not None:
+                cell = ((torch.arange(i0, i1, device=dev) // cq)[:, None] * gk
+                        + (torch.arange(j0, j1, device=dev) // ck)[None, :]).reshape(-1)
+                flat = p.reshape(n_bh, -1)
+                index = cell.expand(n_bh, -1)
+                p_sum.scatter_add_(1, index, flat)
+                p_max.scatter_reduce_(1, index, flat, "amax")
+            if rows is not None and here.numel():
+                row_w[:, here, j0:j1] = p[:, rows[here] - i0]
+    out["received"] = received
+    if pooled is not None:
+        area = (_cell_sizes(n_q, cq, gq, dev, dt)[:, None]
+                * _cell_sizes(n_k, ck, gk, dev, dt)[None, :]).reshape(-1)
+        out["pooled_mean"] = (p_sum / area).reshape(n_bh, gq, gk)
+        out["pooled_max"] = p_max.reshape(n_bh, gq, gk)
+    if rows is not None:
+        out["row_weights"] = row_w
+    return out
+
+
+def _cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:
+    """How many of the n positions fall in each of the grid's cells (the last may be short)."""
+    sizes = torch.full((grid,), cell, dtype=dt, device=dev)
+    sizes[-1] = n - cell * (grid - 1)
+    return sizes
 
 
 def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
