@@ -156,3 +156,14 @@ def test_pooled_and_rows_are_checked():
         attention_stats(q, k, pooled=0)
     with pytest.raises(ValueError, match=r"rows must be query indices in \[0, 10\)"):
         attention_stats(q, k, rows=[3, 10])
+
+
+def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
+    q, k = _qkv(1, 2, 100, 100, seed=7)
+    q[..., 80, :] *= 20                                  # row 80 becomes the sharpest late row
+    got = attention_stats(q.float(), k.float(), causal=True, rows=[3], sharpest=2, block=BLOCK)
+    gold, _ = _gold(q, k, causal=True)
+    assert got.row_index.tolist()[0] == 3 and 80 in got.row_index.tolist()
+    assert all(i >= 50 for i in got.row_index.tolist()[1:]) and len(got.row_index) == 3
+    torch.testing.assert_close(got.row_weights.double(), gold.weights[..., got.row_index, :],
+                               atol=1e-6, rtol=1e-5)

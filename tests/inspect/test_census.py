@@ -16,7 +16,7 @@ V = 50
 def build(family):
     torch.manual_seed(0)
     small = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=32,
-                 intermediate_size=64, vocab_size=V, max_position_embeddings=2048)
+                 intermediate_size=64, vocab_size=V, max_position_embeddings=4096)
     if family == "llama":
         return tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, **small))
     if family == "mistral":
@@ -39,7 +39,8 @@ def _eager_stats(model, ids, mask=None):
 
 
 @pytest.mark.parametrize("family, n", [("llama", 1), ("llama", 129), ("llama", 1100),
-                                       ("mistral", 300), ("gpt2", 129), ("bert", 200)])
+                                       ("llama", 2049), ("mistral", 300), ("gpt2", 129),
+                                       ("bert", 200)])
 def test_census_equals_the_statistics_of_output_attentions(family, n):
     model = build(family).eval()
     g = torch.Generator().manual_seed(n)
@@ -79,9 +80,79 @@ def test_census_refuses_what_it_cannot_take():
     with pytest.raises(ValueError, match="one sequence"):
         census(model, input_ids=torch.ones(2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="more than the 2048 positions"):
-        census(model, input_ids=torch.ones(1, 2049, dtype=torch.long))
+        census(build("gpt2"), input_ids=torch.ones(1, 2049, dtype=torch.long))
     with pytest.raises(ValueError, match="attention_mask must have"):
         census(model, input_ids=torch.ones(1, 5, dtype=torch.long),
                attention_mask=torch.ones(1, 4, dtype=torch.long))
-    with pytest.raises(TypeError, match="transformers model"):
+    with pytest.raises(TypeError, match="transformers model or a module with attnlab's"):
         census(torch.nn.Linear(2, 2), input_ids=torch.ones(1, 5, dtype=torch.long))
+
+
+def _dense_from_record(model, *args):
+    from attnlab.inspect import record
+
+    with torch.no_grad(), record(model) as rec:
+        model(*args)
+    return [m[0].double() for m in rec.raw]                  # per layer (H, N, N)
+
+
+@pytest.mark.parametrize("n", [1, 40, 150])
+def test_attnlab_modules_and_torch_multihead_attention(n):
+    from attnlab.nn.multihead import MultiheadAttention
+
+    class Tiny(torch.nn.Module):                             # one attnlab, one torch layer
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(V, 16)
+            self.a = MultiheadAttention(16, 4, batch_first=True, num_kv_heads=2)
+            self.b = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            x = x + self.a(x, x, x, is_causal=True, need_weights=False)[0]
+            causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).triu(1)
+            return x + self.b(x, x, x, attn_mask=causal, need_weights=False)[0]
+
+    torch.manual_seed(1)
+    model = Tiny().eval()
+    ids = torch.randint(0, V, (1, n), generator=torch.Generator().manual_seed(n))
+    c = census(model, input_ids=ids, pooled=8, rows=[n - 1], sharpest=1)
+    dense = _dense_from_record(model, ids)
+    assert c.layer_names == ["a", "b"] and c.heads == 4
+    for layer, w in enumerate(dense):
+        h = w.shape[0]
+        want = reference_stats(w, ids=ids[0])
+        for name in ("entropy", "sink_mass", "prev_mass", "distance", "received", "match_mass"):
+            got = c.stats[name][layer, :h].double()
+            exp = getattr(want, name)
+            scale = max(float(exp.abs().max()), 1.0)
+            assert float((got - exp).abs().max()) <= 1e-5 * scale, (layer, name)
+        index, rows = c.rows[layer]
+        assert index[0] == n - 1
+        torch.testing.assert_close(rows[:h].double(), w[:, index], atol=1e-6, rtol=1e-5)
+        assert c.maps["max"][layer, :h].amax() <= 1.0 + 1e-6
+
+
+def test_census_of_the_zoo_induction_model_finds_its_heads():
+    from attnlab import zoo
+    from attnlab.zoo.induction import repeated_tokens
+
+    model = zoo.load("induction")
+    ids = repeated_tokens(1, 20, prefix=7, generator=torch.Generator().manual_seed(3))
+    c = census(model, input_ids=ids)
+    assert "induction" in c.labels[1]                        # layer 1 holds them by construction
+    assert "previous token" in c.labels[0]
+
+
+def test_layers_with_different_head_counts_are_refused_by_name():
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+            self.b = torch.nn.MultiheadAttention(8, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.b(self.a(x, x, x)[0], x, x)[0]
+
+    with pytest.raises(ValueError, match="a: 2, b: 4"):
+        census(Two(), inputs=torch.randn(1, 6, 8))

@@ -30,7 +30,10 @@ and per key j, ``received``: ``sum_i p_ij``, the attention it receives.
 Pass 2 can also keep pictures and exact rows, still without the matrix: ``pooled=G`` pools the
 weights onto a ``G x G`` grid of cells of ``ceil(N_q / G) x ceil(N_k / G)`` weights
 (``pooled_mean``: the cell's mean weight, masked weights counting as 0; ``pooled_max``: its
-largest), and ``rows=`` keeps the whole weight rows of the queries named (``row_weights``).
+largest), and ``rows=`` keeps the whole weight rows of the queries named (``row_weights``),
+with ``sharpest=n`` the n rows of the second half with the largest mean ``max_weight`` over the
+heads added (``row_index`` says which rows came back, in order; late rows see many keys, so a
+large top weight there is a choice, not a lack of keys).
 
 A row that keeps no key (fully masked) has lse ``-inf`` and every statistic 0 (argmax -1),
 never NaN. Weights are those of the softmax before dropout. :func:`reference_stats` computes
@@ -72,6 +75,7 @@ class AttentionStats:
     pooled_mean: torch.Tensor | None = None
     pooled_max: torch.Tensor | None = None
     row_weights: torch.Tensor | None = None
+    row_index: torch.Tensor | None = None
 
 
 def _check_options(sink_keys, band) -> None:
@@ -89,7 +93,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                     sinks: torch.Tensor | None = None, enable_gqa: bool = False,
                     sink_keys: int = 1, band: int = 16, columns: bool = True,
                     ids: torch.Tensor | None = None, pooled: int | None = None,
-                    rows=None,
+                    rows=None, sharpest: int = 0,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
     linear in the sequence length (see the module docstring).
@@ -107,6 +111,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
             itself when N_q <= G). Implies the second pass.
         rows: query indices whose exact weights are returned, ``row_weights (..., R, N_k)``
             in the order given. Implies the second pass.
+        sharpest: add this many rows chosen after the first pass (see the module docstring).
         block: the tiles ``(block_q, block_k)`` (default: the tiled backend's).
 
     Returns:
@@ -139,6 +144,8 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                 raise ValueError(f"ids must be one token id per position of a self-attention, "
                                  f"({spec.n_k},) for N_q = N_k = {spec.n_k}; got "
                                  f"{tuple(ids.shape)} for N_q = {spec.n_q}")
+        if sharpest and rows is None:
+            rows = []
         if rows is not None:
             rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
             bad = (rows < 0) | (rows >= spec.n_q)
@@ -146,15 +153,17 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                 raise ValueError(f"rows must be query indices in [0, {spec.n_q}), got "
                                  f"{rows[bad].tolist()[:5]}")
         with (T.tile_sizes(*block) if block is not None else contextlib.nullcontext()):
-            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids, pooled, rows)
+            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids, pooled, rows,
+                              sharpest)
     shape = spec.batch_shape
+    index = out.pop("row_index")
     return AttentionStats(**{name: (None if t is None else
                                     t.reshape(*shape, *t.shape[1:]))
-                             for name, t in out.items()})
+                             for name, t in out.items()}, row_index=index)
 
 
 def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
-                pooled=None, rows=None) -> dict:
+                pooled=None, rows=None, sharpest: int = 0) -> dict:
     from attnlab.core.backends.tiled import _key_blocks, _sizes, _Tiles
 
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
@@ -242,10 +251,16 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
+    if sharpest:
+        late = stats["max_weight"].mean(0)[n_q // 2:]
+        late = torch.where(torch.isin(torch.arange(n_q // 2, n_q, device=dev), rows.to(dev)),
+                           -1.0, late)
+        pick = late.topk(min(sharpest, late.numel())).indices + n_q // 2
+        rows = torch.cat([rows.to(dev), pick.sort().values])
     # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
     extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows)
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
-            **extra}
+            **extra, "row_index": rows}
 
 
 def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> dict:

@@ -46,7 +46,9 @@ LABELS = ("induction", "sink", "previous token", "local", "broad", "mixed")
 class Census:
     """Per-position statistics ``stats[name] (L, H, N)`` (``received``: per key), per-head
     means ``summary[name] (L, H)`` over the positions that see a key, labels ``(L, H)``, the
-    tokens and the settings."""
+    tokens and the settings. With ``pooled=`` also ``maps["mean"|"max"] (L, H, G, G)``, and
+    ``rows`` ``{layer: (row_index (R,), weights (H, R, N))}``: exact rows of named queries and
+    of each layer's sharpest late rows."""
 
     model: str
     tokens: list[str]
@@ -56,6 +58,9 @@ class Census:
     sink_keys: int
     band: int
     notes: list[str] = field(default_factory=list)
+    layer_names: list[str] = field(default_factory=list)
+    maps: dict[str, torch.Tensor] = field(default_factory=dict)
+    rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def layers(self) -> int:
@@ -67,100 +72,216 @@ class Census:
         """Number of query heads per layer."""
         return len(self.labels[0]) if self.labels else 0
 
+    @property
+    def length(self) -> int:
+        """Number of positions."""
+        return len(self.tokens)
+
     def counts(self) -> dict[str, int]:
         """How many heads carry each label."""
         flat = [x for row in self.labels for x in row]
         return {name: flat.count(name) for name in LABELS if name in flat}
 
+    def _repr_html_(self) -> str:
+        from attnlab.inspect.census_report import render_census
+
+        return render_census(self, inline=True)
+
+
+_ATTENTION = (torch.nn.MultiheadAttention,)
+
 
 class _Collector:
-    """What the integration hands over per attention call: one statistics record per layer."""
+    """What the attention calls hand over: one statistics record per self-attention call."""
 
-    def __init__(self, ids, sink_keys: int, band: int):
-        self.ids, self.sink_keys, self.band = ids, sink_keys, band
+    def __init__(self, ids, sink_keys: int, band: int, names: dict, pooled=None, rows=None,
+                 sharpest: int = 0):
+        self.ids, self.sink_keys, self.band, self.names = ids, sink_keys, band, names
+        self.pooled, self.rows, self.sharpest = pooled, rows, sharpest
         self.layers: list[tuple[object, dict, bool]] = []
+        self.skipped: list[str] = []
 
     def add(self, module, query, key, options) -> None:
         n_q, n_k = query.shape[2], key.shape[2]
-        ids = self.ids if (self.ids is not None and n_q == n_k == self.ids.numel()) else None
+        name = self.names.get(id(module), type(module).__name__)
+        n = self.ids.numel() if self.ids is not None else (
+            self.layers[0][1].lse.shape[-1] if self.layers else n_q)
+        if n_q != n or n_k != n:                 # cross-attention, a pooled layer
+            self.skipped.append(f"{name} (N_q={n_q}, N_k={n_k})")
+            return
         stats = attention_stats(query[:1].detach(), key[:1].detach(), sink_keys=self.sink_keys,
-                                band=self.band, ids=ids,
+                                band=self.band, ids=self.ids, pooled=self.pooled,
+                                rows=self.rows, sharpest=self.sharpest,
                                 **{k: _first(v) for k, v in options.items()})
         causal = bool(options.get("causal")) or getattr(module, "is_causal", False)
-        self.layers.append((module, stats, causal))
+        self.layers.append((name, stats, causal))
 
 
 def _first(v):
     """The first sequence of a batched option (masks are per sequence; the census takes one)."""
-    if isinstance(v, torch.Tensor) and v.dim() == 4 and v.shape[0] > 1:
+    if isinstance(v, torch.Tensor) and v.dim() >= 3 and v.shape[0] > 1:
         return v[:1]
     return v
 
 
 def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
-           attention_mask=None, sink_keys: int = 1, band: int = 16,
+           attention_mask=None, inputs=None, sink_keys: int = 1, band: int = 16,
+           pooled: int | None = None, rows=None, sharpest: int = 0,
            name: str | None = None) -> Census:
-    """The census of a transformers encoder or decoder on one sequence.
+    """The census of a model's self-attention on one sequence.
 
     Args:
-        model: a transformers model (encoder such as BERT, or decoder: GPT-2, Llama, ...).
+        model: a transformers encoder or decoder (BERT, GPT-2, Llama, ...; computed inside
+            transformers' attention call from the post-RoPE q and k), or any torch module whose
+            attention is attnlab's :class:`~attnlab.nn.MultiheadAttention` or
+            ``torch.nn.MultiheadAttention``.
         tokenizer, text: the sequence as text; or ``input_ids`` ``(1, N)`` (with its
-            ``attention_mask`` for a padded sequence).
+            ``attention_mask`` for a padded sequence, transformers models).
+        inputs: for a torch module that does not take ``input_ids``: the positional
+            argument(s) of its forward (a tensor or a tuple); ``input_ids`` then only name
+            the tokens (for ``match_mass``).
         sink_keys, band: what counts as the sink and as local (see
             :func:`attnlab.core.stats.attention_stats`).
+        pooled, rows, sharpest: also the pooled maps (side ``pooled``), the exact weight rows
+            of the queries ``rows`` and of each layer's ``sharpest`` late rows.
     """
     from attnlab.integrations import transformers as ah
     from attnlab.nn import _recording
 
-    if not ah.is_transformers_model(model):
-        raise TypeError(f"census takes a transformers model, got {type(model).__name__}; "
-                        "for attnlab's own modules use attnlab.attention_stats on their q, k")
-    if getattr(model.config, "is_encoder_decoder", False):
+    is_hf = ah.is_transformers_model(model)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"census takes a torch module (a transformers model, or one built from "
+                        f"attnlab's or torch's MultiheadAttention), got {type(model).__name__}")
+    if not is_hf and not any(isinstance(m, _ATTENTION) or
+                             type(m).__name__ == "MultiheadAttention" for m in model.modules()):
+        raise TypeError(f"census takes a transformers model or a module with attnlab's or "
+                        f"torch's MultiheadAttention; {type(model).__name__} has neither")
+    if is_hf and getattr(model.config, "is_encoder_decoder", False):
         raise ValueError(f"census takes an encoder or a decoder; {type(model).__name__} is an "
                          "encoder-decoder (inspect.show shows its three kinds of maps)")
-    if input_ids is None:
+    input_ids, attention_mask = _input_ids(model, tokenizer, text, input_ids, attention_mask,
+                                           inputs, is_hf)
+    names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
+    ids = input_ids[0] if input_ids is not None else None
+    collector = _Collector(ids, sink_keys, band, names, pooled, rows, sharpest)
+    was_training = model.training
+    model.eval()
+    token = _recording.push_census(collector)
+    try:
+        with torch.no_grad():
+            if is_hf:
+                _run_transformers(model, ah, input_ids, attention_mask)
+            else:
+                _run_module(model, input_ids if inputs is None else inputs, collector)
+    finally:
+        _recording.pop_census(token)
+        model.train(was_training)
+    if not collector.layers:
+        where = ("transformers' attention interface" if is_hf else
+                 "attnlab's or torch's MultiheadAttention")
+        raise ValueError(f"{type(model).__name__} made no self-attention call through {where}; "
+                         "census cannot see its heads")
+    if ids is None:
+        ids = torch.arange(collector.layers[0][1].lse.shape[-1])
+    tokens = _tokens(tokenizer, ids)
+    out = _assemble(collector, ids if input_ids is not None else None, tokens,
+                    name or type(model).__name__, sink_keys, band)
+    if collector.skipped:
+        out.notes.append("not counted (not a self-attention over the sequence): "
+                         + ", ".join(collector.skipped))
+    return out
+
+
+def _input_ids(model, tokenizer, text, input_ids, attention_mask, inputs, is_hf):
+    if input_ids is None and inputs is None:
         if tokenizer is None or not isinstance(text, str) or not text.strip():
-            raise ValueError("census needs input_ids=, or a tokenizer and a non-empty text")
-        batch = tokenizer([text], return_tensors="pt")
+            raise ValueError("census needs input_ids=, inputs= (a torch module's forward "
+                             "arguments), or a tokenizer and a non-empty text")
+        batch = tokenizer([text], return_tensors="pt", **_no_special(tokenizer, is_hf))
         input_ids = batch["input_ids"]
         attention_mask = batch.get("attention_mask") if attention_mask is None else attention_mask
+    if input_ids is None:
+        return None, None
     input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() == 1:
         input_ids = input_ids[None]
     if input_ids.shape[0] != 1:
         raise ValueError(f"census takes one sequence: input_ids of shape (1, N), got "
                          f"{tuple(input_ids.shape)}; run it once per sequence")
-    limit = (getattr(model.config, "max_position_embeddings", None)
-             or getattr(model.config, "n_positions", None))
-    if limit is not None and input_ids.shape[1] > limit:
-        raise ValueError(f"the sequence has {input_ids.shape[1]} tokens, more than the {limit} "
-                         f"positions of {type(model).__name__}; shorten it, or build the model "
-                         "with a larger max_position_embeddings")
+    if is_hf:
+        limit = (getattr(model.config, "max_position_embeddings", None)
+                 or getattr(model.config, "n_positions", None))
+        if limit is not None and input_ids.shape[1] > limit:
+            raise ValueError(f"the sequence has {input_ids.shape[1]} tokens, more than the "
+                             f"{limit} positions of {type(model).__name__}; shorten it, or build "
+                             "the model with a larger max_position_embeddings")
     if attention_mask is not None and tuple(torch.as_tensor(attention_mask).shape) != \
             tuple(input_ids.shape):
         raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
                          f"got {tuple(torch.as_tensor(attention_mask).shape)}")
+    return input_ids, attention_mask
+
+
+def _no_special(tokenizer, is_hf) -> dict:
+    """Byte tokenizers (ByT5's) append an end token that a causal LM never saw in training."""
+    return {"add_special_tokens": False} if type(tokenizer).__name__.startswith("ByT5") else {}
+
+
+def _run_transformers(model, ah, input_ids, attention_mask) -> None:
     ah.register()
-    ids = input_ids[0]
-    collector = _Collector(ids, sink_keys, band)
-    was_impl, was_training = model.config._attn_implementation, model.training
+    was_impl = model.config._attn_implementation
     model.set_attn_implementation("attnlab_tiled")
-    model.eval()
-    token = _recording.push_census(collector)
     try:
-        with torch.no_grad():
-            kw = {"attention_mask": attention_mask} if attention_mask is not None else {}
-            model(input_ids=input_ids, use_cache=False, **kw) if _takes_cache(model) else \
-                model(input_ids=input_ids, **kw)
+        kw = {"attention_mask": attention_mask} if attention_mask is not None else {}
+        if _takes_cache(model):
+            kw["use_cache"] = False
+        model(input_ids=input_ids, **kw)
     finally:
-        _recording.pop_census(token)
         model.set_attn_implementation(was_impl)
-        model.train(was_training)
-    if not collector.layers:
-        raise ValueError(f"{type(model).__name__} made no attention call through "
-                         "transformers' attention interface; census cannot see its heads")
-    tokens = _tokens(tokenizer, ids)
-    return _assemble(collector, ids, tokens, name or type(model).__name__, sink_keys, band)
+
+
+def _run_module(model, inputs, collector) -> None:
+    """A torch module: attnlab's MultiheadAttention hands over its q and k itself; each
+    ``torch.nn.MultiheadAttention`` is read by a forward pre-hook (its projections applied to
+    the call's inputs, its masks in attnlab's polarity)."""
+    from attnlab.inspect.capture import _torch_mha_vectors
+    from attnlab.nn.multihead import _to_core_mask
+
+    handles = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.MultiheadAttention):
+            handles.append(m.register_forward_pre_hook(
+                lambda mod, args, kwargs: _torch_mha(mod, args, kwargs, collector,
+                                                     _torch_mha_vectors, _to_core_mask),
+                with_kwargs=True))
+    try:
+        model(*(inputs if isinstance(inputs, tuple) else (inputs,)))
+    finally:
+        for h in handles:
+            h.remove()
+
+
+_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+             "average_attn_weights", "is_causal")
+
+
+def _torch_mha(mod, args, kwargs, collector, vectors, to_core_mask) -> None:
+    call = dict(zip(_MHA_ARGS, args), **kwargs)
+    got = vectors(mod, call["query"], call["key"], call["value"])
+    if got is None:
+        collector.skipped.append(f"{collector.names.get(id(mod), 'MultiheadAttention')} "
+                                 "(add_bias_kv / add_zero_attn)")
+        return
+    q, k, _, _ = got
+    attn_mask, kpm = call.get("attn_mask"), call.get("key_padding_mask")
+    if kpm is not None and kpm.dim() == 1:
+        kpm = kpm[None]
+    if attn_mask is not None and attn_mask.dim() == 3:          # (B * H, N_q, N_k)
+        attn_mask = attn_mask.reshape(q.shape[0], q.shape[1], *attn_mask.shape[-2:])[0]
+    causal = bool(call.get("is_causal")) and attn_mask is None
+    mask = to_core_mask(attn_mask, kpm, q.shape[0], q.shape[1], q.shape[2], k.shape[2],
+                        q.dtype)
+    collector.add(mod, q, k, {"mask": mask, "causal": causal})
 
 
 def _takes_cache(model) -> bool:
@@ -180,12 +301,26 @@ def _tokens(tokenizer, ids) -> list[str]:
 
 
 def _assemble(collector, ids, tokens, name, sink_keys, band) -> Census:
+    heads = {n: s.lse.shape[-2] for n, s, _ in collector.layers}
+    if len(set(heads.values())) > 1:
+        raise ValueError("census takes layers with one number of heads; this model's differ: "
+                         + ", ".join(f"{n}: {h}" for n, h in heads.items())
+                         + "; take the census of a sub-module whose layers agree")
     stats: dict[str, torch.Tensor] = {}
     for field_name in (*ROW_FIELDS, "received"):
         per_layer = [getattr(s, field_name) for _, s, _ in collector.layers]
         if any(t is None for t in per_layer):
             continue
         stats[field_name] = torch.stack([t[0] for t in per_layer]).cpu()      # (L, H, N)
+    maps = {}
+    if collector.pooled is not None:
+        maps = {kind: torch.stack([getattr(s, f"pooled_{kind}")[0]
+                                   for _, s, _ in collector.layers]).float().cpu()
+                for kind in ("mean", "max")}                                  # (L, H, G, G)
+    rows = {}
+    for layer, (_, s, _) in enumerate(collector.layers):
+        if s.row_weights is not None and s.row_index.numel():
+            rows[layer] = (s.row_index.cpu(), s.row_weights[0].float().cpu())  # (H, R, N)
     seen = torch.isfinite(stats["lse"])                                        # rows with keys
     summary = {}
     for field_name, t in stats.items():
@@ -193,7 +328,7 @@ def _assemble(collector, ids, tokens, name, sink_keys, band) -> Census:
             continue
         values = torch.where(seen, t.float(), torch.zeros_like(t, dtype=torch.float32))
         summary[field_name] = values.sum(-1) / seen.sum(-1).clamp_min(1)
-    n = ids.numel()
+    n = stats["lse"].shape[-1]
     causal = [c for _, _, c in collector.layers]
     # the uniform entropy over the keys each query sees: ln(i + 1) causal, ln N otherwise
     pos = torch.arange(n, dtype=torch.float32)
@@ -202,14 +337,15 @@ def _assemble(collector, ids, tokens, name, sink_keys, band) -> Census:
     norm = stats["entropy"].float() / uniform[:, None, :]
     summary["entropy_ratio"] = torch.where(seen, norm, torch.zeros_like(norm)).sum(-1) \
         / seen.sum(-1).clamp_min(1)
-    if "match_mass" in stats:                   # induction over the queries that can match
+    if "match_mass" in stats and ids is not None:   # induction over queries that can match
         earlier = _has_earlier_match(ids)
         keep = seen & earlier[None, None, :]
         summary["induction"] = torch.where(keep, stats["match_mass"].float(), 0.0).sum(-1) \
             / keep.sum(-1).clamp_min(1)
     labels = [[_label(summary, layer, head) for head in range(stats["lse"].shape[1])]
               for layer in range(stats["lse"].shape[0])]
-    return Census(name, tokens, stats, summary, labels, sink_keys, band)
+    return Census(name, tokens, stats, summary, labels, sink_keys, band,
+                  layer_names=[n for n, _, _ in collector.layers], maps=maps, rows=rows)
 
 
 def _has_earlier_match(ids: torch.Tensor) -> torch.Tensor:

@@ -341,6 +341,11 @@ class MultiheadAttention(nn.Module):
             v = torch.cat([v, v.new_zeros(bsz, h_kv, 1, d)], dim=2)
             attn_mask, key_padding_mask, n_k = *_pad_masks(attn_mask, key_padding_mask), n_k + 1
         mask = _to_core_mask(attn_mask, key_padding_mask, bsz, h, n_q, n_k, q.dtype)
+        collector = _recording.census()
+        if collector is not None:                    # attnlab.inspect.census: statistics only
+            collector.add(self, q, k, dict(mask=mask, causal=is_causal, softcap=self.softcap,
+                                           temperature=self.temperature,
+                                           enable_gqa=h_kv != h))
         # While attnlab.inspect.record listens, weights are computed and reported even if the
         # caller did not ask for them (the reference backend then serves the call).
         recording = _recording.listening()

@@ -6,6 +6,9 @@
 * ``dates`` (:mod:`attnlab.zoo.dates`): an encoder-decoder Transformer that rewrites dates in
   seven formats and four languages into ISO 8601; which source token each output character
   reads is known, so its cross-attention alignment is known.
+* ``kjv`` (:mod:`attnlab.zoo.kjv`): a byte-level causal language model (a transformers
+  ``LlamaForCausalLM`` with RoPE, 4 layers, GQA) trained on the King James Bible at contexts
+  up to 4,096 bytes, to be looked at at long context.
 
 Weights are safetensors in the package (``zoo/weights``), with their configuration as JSON;
 ``scripts/train_zoo.py`` retrains them from their seeds.
@@ -22,13 +25,16 @@ from pathlib import Path
 
 import torch
 
-NAMES = ("induction", "dates")
+NAMES = ("induction", "dates", "kjv")
 
 
 def _classes(name: str):
     if name == "induction":
         from attnlab.zoo.induction import InductionConfig, InductionLM
         return InductionConfig, InductionLM
+    if name == "kjv":
+        from attnlab.zoo.kjv import KJVConfig, build
+        return KJVConfig, build
     from attnlab.zoo.dates import DatesConfig, DatesModel
     return DatesConfig, DatesModel
 
@@ -46,7 +52,7 @@ def _check(name: str) -> None:
 
 def load(name: str) -> torch.nn.Module:
     """The shipped model ``name`` (one of :data:`NAMES`), in eval mode on the CPU."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_model
 
     _check(name)
     folder = weights_dir()
@@ -56,20 +62,19 @@ def load(name: str) -> torch.nn.Module:
                                 "reinstall attnlab or run scripts/train_zoo.py")
     config_cls, model_cls = _classes(name)
     model = model_cls(config_cls(**json.loads(config.read_text())["config"]))
-    model.load_state_dict(load_file(str(weights)))
+    load_model(model, str(weights))          # shared (tied) weights are stored once
     return model.eval()
 
 
 def save(name: str, model: torch.nn.Module, folder: Path, facts: dict) -> None:
     """Write ``name.safetensors`` and ``name.json`` (config and the measured ``facts``)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_model
 
     from attnlab._files import atomic_path, write_text_atomic
 
     _check(name)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     with atomic_path(folder / f"{name}.safetensors") as tmp:
-        save_file(state, str(tmp))
+        save_model(model, str(tmp))
     write_text_atomic(folder / f"{name}.json",
                       json.dumps({"config": model.dict_config(), "facts": facts}, indent=2,
                                  ensure_ascii=False) + "\n")
