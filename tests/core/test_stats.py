@@ -134,6 +134,7 @@ def _pool(w, g):
 
 
 @pytest.mark.parametrize("shape,g", [((1, 2, 129, 129), 16), ((2, 2, 70, 33), 8),
+                                     ((1, 2, 128, 256), 16),      # cells align with the tiles
                                      ((1, 2, 45, 100), 256), ((1, 1, 1, 1), 4)], ids=str)
 @pytest.mark.parametrize("case", ["causal", "window (20, 5)", "key padding, one sequence empty"])
 def test_pooled_maps_and_exact_rows_equal_the_dense_weights(shape, g, case):

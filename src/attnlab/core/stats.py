@@ -294,12 +294,7 @@ def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> di
             if received is not None:
                 received[:, j0:j1] += p.sum(1)
             if pooled is not None:
-                cell = ((torch.arange(i0, i1, device=dev) // cq)[:, None] * gk
-                        + (torch.arange(j0, j1, device=dev) // ck)[None, :]).reshape(-1)
-                flat = p.reshape(n_bh, -1)
-                index = cell.expand(n_bh, -1)
-                p_sum.scatter_add_(1, index, flat)
-                p_max.scatter_reduce_(1, index, flat, "amax")
+                _pool_tile(p, i0, i1, j0, j1, cq, ck, gk, p_sum, p_max)
             if rows is not None and here.numel():
                 row_w[:, here, j0:j1] = p[:, rows[here] - i0]
     out["received"] = received
@@ -311,6 +306,31 @@ def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> di
     if rows is not None:
         out["row_weights"] = row_w
     return out
+
+
+def _pool_tile(p, i0, i1, j0, j1, cq, ck, gk, p_sum, p_max) -> None:
+    """Add tile ``p (BH, i1 - i0, j1 - j0)`` to the pooled sums and maxima (flat cells
+    ``(BH, G_q * G_k)``). A tile that starts on cell boundaries is padded to whole cells and
+    reduced by reshaping (zeros change neither a sum nor a max of weights); others scatter."""
+    n_bh = p.shape[0]
+    if i0 % cq == 0 and j0 % ck == 0:
+        pq, pk = (-(i1 - i0)) % cq, (-(j1 - j0)) % ck
+        t = torch.nn.functional.pad(p, (0, pk, 0, pq)) if pq or pk else p
+        a, b = t.shape[1] // cq, t.shape[2] // ck
+        t = t.reshape(n_bh, a, cq, b, ck)
+        c0, d0 = i0 // cq, j0 // ck
+        grid = p_sum.view(n_bh, -1, gk)
+        grid[:, c0:c0 + a, d0:d0 + b] += t.sum((2, 4))
+        top = p_max.view(n_bh, -1, gk)[:, c0:c0 + a, d0:d0 + b]
+        top.copy_(torch.maximum(top, t.amax((2, 4))))
+        return
+    dev = p.device
+    cell = ((torch.arange(i0, i1, device=dev) // cq)[:, None] * gk
+            + (torch.arange(j0, j1, device=dev) // ck)[None, :]).reshape(-1)
+    flat = p.reshape(n_bh, -1)
+    index = cell.expand(n_bh, -1)
+    p_sum.scatter_add_(1, index, flat)
+    p_max.scatter_reduce_(1, index, flat, "amax")
 
 
 def _cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:

@@ -83,7 +83,7 @@ class Census:
         return {name: flat.count(name) for name in LABELS if name in flat}
 
     def _repr_html_(self) -> str:
-        from attnlab.inspect.census_report import render_census
+        from attnlab.inspect.report.census import render_census
 
         return render_census(self, inline=True)
 

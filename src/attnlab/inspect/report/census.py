@@ -1,0 +1,170 @@
+"""The census report: a long sequence's attention as statistics, one self-contained page (or a
+notebook fragment) with no N x N map in it.
+
+What it holds, for a :class:`~attnlab.inspect.census.Census`:
+
+* a layers x heads grid per statistic (the head's mean over the positions), coloured, with the
+  head's label; clicking a cell opens that head;
+* the head's curves along the sequence: entropy, sink mass, mean attention distance and the
+  attention each key receives, as bin means over at most :data:`CURVE_POINTS` bins;
+* the head's pooled map (tile-pooled mean or max weight, at most 256 x 256 cells, from the
+  census's second pass), on a log colour scale, the cell's query and key ranges and value under
+  the cursor;
+* exact weight rows: for each query the census kept (the ones named with ``rows=`` and each
+  layer's sharpest late rows), the :data:`ROW_KEYS` largest weights of every head exactly, with
+  their tokens, and the mass of the rest;
+* the keys that receive the most attention, with their tokens.
+
+Maps travel as one byte per cell on a log scale (:func:`log_codes`: 0 is an exact zero, codes
+1..255 span 1e-9..1 in steps of 8.5%), zlib-compressed per head and decoded only when the head
+is opened, so that the page paints at once. A plain-HTML table of the labels stands where the
+script does not run.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import uuid
+import zlib
+from pathlib import Path
+from string import Template
+
+import torch
+
+from attnlab import __version__
+from attnlab._files import write_text_atomic
+from attnlab.inspect.census import LABELS, Census
+from attnlab.inspect.report import _json_island, asset
+from attnlab.inspect.taxonomy import LABEL_COLORS
+
+CURVE_POINTS = 2048     # curves: bin means over at most this many bins
+ROW_KEYS = 64           # exact rows: each head's largest weights kept, the rest as one mass
+LOG_DECADES = 9         # map codes 1..255 cover 1e-9 .. 1
+CURVES = (("entropy", "entropy (nats)"), ("sink_mass", "sink mass"),
+          ("distance", "mean attention distance"), ("received", "attention received"))
+GRID_STATS = (("entropy_ratio", "entropy / uniform"), ("sink_mass", "sink mass"),
+              ("prev_mass", "previous-token mass"), ("local_mass", "local mass"),
+              ("distance", "mean distance"), ("induction", "induction (prefix matching)"),
+              ("max_weight", "largest weight"))
+_COLORS = {**LABEL_COLORS, "induction": "#d62728", "sink": "#7f7f7f",
+           "previous token": "#1f77b4", "local": "#2ca02c", "broad": "#9467bd",
+           "mixed": "#bcbd22"}
+
+
+def log_codes(w: torch.Tensor) -> bytes:
+    """Weights in [0, 1] -> one byte each: 0 for 0, else ``1 + round(254 (log10 w + 9) / 9)``
+    clamped to 1..255 (report.js inverts it; a code is within 4.3% of its weight above 1e-9)."""
+    w = w.double().clamp(0, 1)
+    code = torch.where(w > 0, 1 + torch.round((torch.log10(w.clamp_min(1e-300)) + LOG_DECADES)
+                                              * (254 / LOG_DECADES)), torch.zeros_like(w))
+    return code.clamp(0, 255).to(torch.uint8).numpy().tobytes()
+
+
+def _pack(b: bytes) -> str:
+    return base64.b64encode(zlib.compress(b, 6)).decode("ascii")
+
+
+def _round(t: torch.Tensor, digits: int = 4) -> list:
+    return [float(f"{v:.{digits}g}") for v in t.tolist()]
+
+
+def _binned(t: torch.Tensor, size: int, seen: torch.Tensor | None = None) -> torch.Tensor:
+    """Means of ``t (..., N)`` over bins of ``size`` positions (the last may be short),
+    counting only the ``seen`` positions where given."""
+    n = t.shape[-1]
+    pad = (-n) % size
+    keep = torch.ones_like(t, dtype=torch.float64) if seen is None else seen.double()
+    vals = torch.nn.functional.pad(t.double() * keep, (0, pad)).unflatten(-1, (-1, size))
+    cnt = torch.nn.functional.pad(keep, (0, pad)).unflatten(-1, (-1, size))
+    return vals.sum(-1) / cnt.sum(-1).clamp_min(1)
+
+
+def census_data(c: Census, *, row_keys: int = ROW_KEYS) -> dict:
+    """What the page's script draws, as one JSON-able dict (see the module docstring)."""
+    n, L, H = c.length, c.layers, c.heads
+    size = max(1, math.ceil(n / CURVE_POINTS))
+    seen = torch.isfinite(c.stats["lse"])
+    curves = {}
+    for name, _ in CURVES:
+        t = c.stats[name]
+        binned = _binned(t, size, None if name == "received" else seen)
+        curves[name] = [[_round(binned[layer, h]) for h in range(H)] for layer in range(L)]
+    summary = {name: [_round(c.summary[name][layer]) for layer in range(L)]
+               for name, _ in GRID_STATS if name in c.summary}
+    received = c.stats["received"].double().mean((0, 1))
+    top = received.topk(min(20, n))
+    data = {
+        "model": c.model, "n": n, "L": L, "H": H, "tokens": c.tokens, "bin": size,
+        "layer_names": c.layer_names, "labels": c.labels,
+        "colors": {k: _COLORS.get(k, "#888") for k in LABELS},
+        "grid": [[k, t] for k, t in GRID_STATS if k in summary], "summary": summary,
+        "curve_titles": [list(x) for x in CURVES], "curves": curves,
+        "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
+                                                                      top.indices.tolist())],
+        "sink_keys": c.sink_keys, "band": c.band, "version": __version__,
+    }
+    if c.maps:
+        gq, gk = c.maps["mean"].shape[-2:]
+        data["maps"] = {
+            "gq": gq, "gk": gk, "cq": math.ceil(n / gq), "ck": math.ceil(n / gk),
+            "decades": LOG_DECADES,
+            "mean": [[_pack(log_codes(c.maps["mean"][layer, h])) for h in range(H)]
+                     for layer in range(L)],
+            "max": [[_pack(log_codes(c.maps["max"][layer, h])) for h in range(H)]
+                    for layer in range(L)]}
+    rows = {}
+    for layer, (index, weights) in c.rows.items():         # weights (H, R, N)
+        k = min(row_keys, weights.shape[-1])
+        best = weights.double().topk(k, dim=-1)
+        rest = weights.double().sum(-1) - best.values.sum(-1)
+        rows[str(layer)] = {
+            "index": index.tolist(),
+            "heads": [[{"keys": best.indices[h, r].tolist(),
+                        "w": [float(f"{v:.6g}") for v in best.values[h, r].tolist()],
+                        "rest": float(f"{max(float(rest[h, r]), 0.0):.4g}")}
+                       for r in range(index.numel())] for h in range(H)]}
+    data["rows"] = rows
+    return data
+
+
+def _still_table(c: Census) -> str:
+    e = html.escape
+    head = "".join(f"<th>H{h}</th>" for h in range(c.heads))
+    body = "".join(
+        f"<tr><th>L{layer}</th>" + "".join(
+            f'<td style="color:{_COLORS.get(lab, "#888")}">{e(lab)}</td>' for lab in labels)
+        + "</tr>" for layer, labels in enumerate(c.labels))
+    return ('<div class="still" data-el="still"><p><b>This report draws itself with JavaScript, '
+            "which did not run here</b> (an untrusted notebook, or a preview such as GitHub's). "
+            "Trust the notebook, or open the saved HTML file in a browser. The heads' labels:"
+            f"</p><table><tr><th></th>{head}</tr>{body}</table></div>")
+
+
+def render_census(c: Census, *, standalone: bool = False, inline: bool = False,
+                  uid: str | None = None, settings: dict[str, str] | None = None) -> str:
+    """The census report as HTML: a whole page (``standalone``) or the fragment a notebook
+    shows inline."""
+    e = html.escape
+    uid = uid or f"attnlab-census-{uuid.uuid4().hex[:12]}"
+    settings = settings or {}
+    settings = {"model": c.model, "tokens": str(c.length),
+                "sink keys": str(c.sink_keys), "band": str(c.band), **settings}
+    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in settings.items())
+    counts = ", ".join(f"{v} {e(k)}" for k, v in c.counts().items())
+    notes = "".join(f'<p class="note">{e(x)}</p>' for x in c.notes)
+    fragment = Template(asset("census.html")).substitute(
+        uid=uid, model=e(c.model), n=f"{c.length:,}", layers=c.layers, heads=c.heads,
+        counts=counts, notes=notes, settings_rows=rows, still=_still_table(c),
+        version=e(__version__), data=_json_island(census_data(c)))
+    script = asset("census.js") + f"\nattnlabCensus(document.getElementById({uid!r}));\n"
+    out = f"<style>{asset('report.css')}</style>\n{fragment}<script>{script}</script>"
+    if not standalone:
+        return out
+    return Template(asset("page.html")).substitute(title=e(c.model), report=out)
+
+
+def write_census(c: Census, path: Path, settings: dict[str, str] | None = None) -> Path:
+    """Write the standalone census report to ``path`` (temporary name, then rename)."""
+    return write_text_atomic(Path(path), render_census(c, standalone=True, settings=settings))

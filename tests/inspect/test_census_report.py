@@ -1,0 +1,146 @@
+"""The census report in headless Chromium: at 32,768 tokens it is at most 10 MB and paints its
+head grid within 2 s; a click opens the head's curves, pooled map and exact rows; the rows it
+shows are the model's weights; without JavaScript a table of labels stands in; user text is
+escaped."""
+
+import re
+
+import pytest
+import torch
+
+from attnlab.inspect.census import LABELS, Census
+from attnlab.inspect.report.census import log_codes, render_census, write_census
+from tests.helpers import open_report
+
+
+def _synthetic(n=32768, layers=4, heads=8, grid=256, seed=0):
+    """A well-formed census of n positions (the report's size and speed do not depend on
+    where the numbers came from; test_rows_shown_are_the_weights checks real ones)."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (layers, heads, n)
+    pos = torch.arange(n, dtype=torch.float32)
+    stats = {"lse": torch.rand(shape, generator=g) + torch.log(pos + 1),
+             "entropy": torch.rand(shape, generator=g) * torch.log(pos + 2),
+             "max_weight": torch.rand(shape, generator=g),
+             "argmax": torch.zeros(shape, dtype=torch.long),
+             "sink_mass": torch.rand(shape, generator=g) * 0.5,
+             "prev_mass": torch.rand(shape, generator=g) * 0.3,
+             "local_mass": torch.rand(shape, generator=g),
+             "distance": torch.rand(shape, generator=g) * pos,
+             "match_mass": torch.rand(shape, generator=g) * 0.2,
+             "received": torch.rand(shape, generator=g) * 3}
+    summary = {k: v.float().mean(-1) for k, v in stats.items() if k not in ("lse", "argmax")}
+    summary["entropy_ratio"] = torch.rand(layers, heads, generator=g)
+    summary["induction"] = torch.rand(layers, heads, generator=g)
+    cells = torch.rand(layers, heads, grid, grid, generator=g).tril() ** 4 / grid
+    weights = torch.rand(heads, 3, n, generator=g).softmax(-1)
+    rows = {layer: (torch.tensor([n - 1, n // 2, n - 7]), weights) for layer in range(layers)}
+    labels = [[LABELS[(layer + h) % len(LABELS)] for h in range(heads)]
+              for layer in range(layers)]
+    tokens = [f"w{i % 977}" for i in range(n)]
+    tokens[5] = "<script>alert(1)</script>"
+    return Census("synthetic <b>model</b>", tokens, stats, summary, labels, 1, 16,
+                  layer_names=[f"layers.{i}" for i in range(layers)],
+                  maps={"mean": cells, "max": cells * 3}, rows=rows)
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    c = _synthetic()
+    return c, write_census(c, tmp_path_factory.mktemp("census") / "census.html")
+
+
+def test_at_32k_tokens_small_fast_and_every_panel_works(big):
+    c, path = big
+    size = path.stat().st_size
+    assert size <= 10_000_000, size
+    with open_report(path, viewport=(1300, 1800), timeout_ms=60_000) as opened:
+        page = opened.page
+        painted = float(page.eval_on_selector(".attnlab-report", "r => r.dataset.painted"))
+        assert painted <= 2000, painted                      # ms from navigation to the grid
+        assert page.locator(".cell").count() == 32
+        page.click(".cell[data-layer='2'][data-head='5']")
+        assert page.text_content("[data-el=head-title]").startswith("Layer 2, head 5")
+        curves = page.locator("[data-el=curves] canvas")
+        assert curves.count() == 4
+        box = curves.nth(0).bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        assert re.search(r"positions \d+–\d+", page.text_content("[data-el=curve-value]"))
+        cmap = page.locator("[data-el=cmap]")
+        cmap.scroll_into_view_if_needed()
+        box = cmap.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.8)
+        text = page.text_content("[data-el=map-value]")
+        q0, k0, shown = re.search(r"queries (\d+)–\d+ .*keys (\d+)–\d+ .*≈ (\S+)$",
+                                  text).groups()
+        cell = c.maps["mean"][2, 5, int(q0) // 128, int(k0) // 128]
+        assert abs(float(shown) - float(cell)) <= 0.044 * float(cell)
+        assert page.locator("[data-el=row] option").count() == 3
+        assert page.locator("[data-el=row-table] tr").count() == 13
+        assert "alert" not in "".join(opened.dialogs) and opened.errors == []
+        assert opened.offline()
+
+
+def test_rows_shown_are_the_weights(tmp_path):
+    import transformers as tf
+
+    from attnlab.inspect import census
+
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+        intermediate_size=64, vocab_size=50, max_position_embeddings=1024)).eval()
+    ids = torch.randint(3, 50, (1, 300), generator=torch.Generator().manual_seed(1))
+    c = census(model, input_ids=ids, pooled=64, rows=[299, 150], sharpest=1)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        maps = model(input_ids=ids, output_attentions=True).attentions
+    write_census(c, tmp_path / "c.html")
+    with open_report(tmp_path / "c.html") as opened:
+        page = opened.page
+        page.click(".cell[data-layer='1'][data-head='2']")
+        page.select_option("[data-el=row]", "1")                 # query 150
+        cells = page.locator("[data-el=row-table] tr").all_text_contents()[1:]
+        assert len(cells) == 12
+        for line in cells:
+            key, weight = re.match(r"(\d+)\"\d+\"(\S+)$", line).groups()
+            true = float(maps[1][0, 2, 150, int(key)])
+            assert abs(float(weight) - true) <= 5e-4 * true, (line, true)
+        assert opened.errors == []
+
+
+def test_without_javascript_a_table_of_labels_stands_in(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from tests.helpers import CHROMIUM
+
+    c = _synthetic(n=300, layers=2, heads=3, grid=32)
+    write_census(c, tmp_path / "c.html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox",
+                                                                    "--disable-gpu"])
+        try:
+            page = browser.new_page(java_script_enabled=False)
+            page.goto((tmp_path / "c.html").resolve().as_uri())
+            still = page.locator("[data-el=still]")
+            assert still.is_visible() and "JavaScript" in still.inner_text()
+            assert still.locator("td").count() == 6
+        finally:
+            browser.close()
+
+
+def test_the_fragment_escapes_user_text_and_shows_inline():
+    c = _synthetic(n=50, layers=1, heads=2, grid=8)
+    html = c._repr_html_()
+    assert "<script>alert(1)</script>" not in html and "<b>model</b>" not in html
+    assert html.startswith("<style>") and "attnlabCensus(document.getElementById(" in html
+
+
+def test_log_codes_keep_weights_within_4_3_percent():
+    w = torch.logspace(-9, 0, 5000, dtype=torch.float64)
+    code = torch.frombuffer(bytearray(log_codes(w)), dtype=torch.uint8).double()
+    back = 10 ** ((code - 1) * 9 / 254 - 9)
+    assert float(((back - w).abs() / w).max()) <= 0.043
+    assert log_codes(torch.zeros(3)) == b"\x00\x00\x00"
+    assert render_census(_synthetic(n=20, layers=1, heads=1, grid=4), standalone=True) \
+        .startswith("<!doctype html>")
