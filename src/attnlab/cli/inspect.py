@@ -14,10 +14,12 @@ from attnlab.cli.app import UsageError, command, console, working
 def inspect_cmd(
     text: Optional[str] = typer.Argument(None, help="Text to inspect (default: a short sentence)."),
     file: Optional[Path] = typer.Option(None, "--file", help="Corpus: one text per line "
-                                        "(a tab separates the two sentences of a pair)."),
+                                        "(a tab separates the two sentences of a pair); for "
+                                        "'kjv' and decoder folders the whole file is one text."),
     model: str = typer.Option("default", help="'default' (embedded all-MiniLM-L6-v2), "
                               "'induction' (embedded causal model; TEXT = token ids 1-63), "
-                              "'dates' (embedded encoder-decoder; TEXT = a date), or a local "
+                              "'dates' (embedded encoder-decoder; TEXT = a date), 'kjv' "
+                              "(embedded byte-level decoder, 4,096 positions), or a local "
                               "Hugging Face folder (BERT, a decoder or an encoder-decoder)."),
     out: Path = typer.Option(Path("out/inspect"), help="Folder for the report (and figures)."),
     pair: Optional[str] = typer.Option(None, help="Second sentence of a pair (for TEXT)."),
@@ -33,6 +35,12 @@ def inspect_cmd(
     flow: Optional[bool] = typer.Option(None, "--flow/--no-flow", help="Attention flow into "
                                         "--position at any length (about 50 s at 512 tokens); "
                                         "default: up to 128 tokens."),
+    census: Optional[bool] = typer.Option(None, "--census/--maps", help="The census report "
+                                          "(statistics, pooled maps, exact rows; linear "
+                                          "memory) or every map; default: the census past "
+                                          "1,024 tokens ('kjv' and Hugging Face folders)."),
+    rows: Optional[str] = typer.Option(None, "--rows", help="Census: query positions whose "
+                                       "exact weights the report keeps, e.g. 100,2047,-1."),
 ):
     """Capture, measure and label every attention head; write an offline HTML report."""
     from rich.progress import Progress
@@ -62,27 +70,37 @@ def inspect_cmd(
                          "first line of --file)")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the report")
+    row_list = _rows(rows)
     from attnlab.inspect.generative import model_kind
 
-    generative = model_kind(model)
+    try:
+        generative = model_kind(model)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     generative = None if generative == "encoder" else generative
+    if generative is None and (census is not None or rows is not None):
+        raise UsageError(f"--census, --maps and --rows apply to 'kjv' and Hugging Face "
+                         f"folders; --model {model} is a BERT encoder at 512 tokens (its "
+                         "report shows every map)")
     if generative is not None:
-        if file is not None or pair is not None:
-            raise UsageError(f"--model {model} inspects one text: give TEXT, not --file or "
-                             "--pair")
         if target != "norm" or start_layer != 0 or position != 0 or flow:
             raise UsageError(f"--target, --start-layer, --position and --flow apply to the "
                              f"encoder models; --model {model} takes none of them")
-        from attnlab.inspect import generative as G
-        from attnlab.inspect.show import inspect_hf
+        if file is not None:
+            if generative in ("induction", "dates"):
+                raise UsageError(f"--model {model} inspects one short text: give TEXT, not "
+                                 "--file")
+            text = file.read_text(encoding="utf-8")     # a decoder reads a corpus as one text
+        from attnlab.inspect.show import _from_name
 
         try:
             with working(f"inspecting with {model}"):
-                ins = (G.inspect_induction(text) if generative == "induction"
-                       else G.inspect_dates(text) if generative == "dates"
-                       else inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate))
-        except MemoryError as exc:                # refused before the capture, said in a line
-            raise UsageError(str(exc)) from None
+                ins = _from_name(model, text, pair, truncate, census, row_list)
+        except (MemoryError, ValueError) as exc:   # refused before the work, said in a line
+            raise UsageError(str(exc).splitlines()[0]) from None
+        if hasattr(ins, "stats"):                  # the census (long context)
+            _finish_census(ins, out, model, file)
+            return
         settings = {"model": ins.model, "text": ins.texts[0][0],
                     "tokens": len(ins.tokens),
                     "layers x heads": f"{ins.layers} x {ins.heads}",
@@ -107,6 +125,27 @@ def inspect_cmd(
                 "flow position": f"{position} ({ins.tokens[position]})",
                 "truncate": "yes" if truncate else "no"}
     _finish(ins, out, settings, figures, len(texts))
+
+
+def _rows(rows: str | None) -> list[int] | None:
+    if rows is None:
+        return None
+    try:
+        return [int(r) for r in rows.replace(" ", "").split(",") if r]
+    except ValueError:
+        raise UsageError(f"--rows {rows!r}: give token positions as integers separated by "
+                         "commas, e.g. --rows 100,2047,-1") from None
+
+
+def _finish_census(c, out: Path, model: str, file) -> None:
+    settings = {"model": c.model, "source": str(file) if file is not None else "TEXT",
+                "layers x heads": f"{c.layers} x {c.heads}"}
+    report = c.save(out / "report.html", settings)
+    counts = ", ".join(f"{k}: {v}" for k, v in c.counts().items())
+    console.print(f"census of {c.layers} layers x {c.heads} heads on {c.length} tokens; {counts}")
+    for note in c.notes:
+        console.print(note)
+    console.print(f"report: {report}  (census: statistics, pooled maps, exact rows)")
 
 
 def _finish(ins, out: Path, settings: dict, figures: bool, n_texts: int) -> None:

@@ -82,6 +82,13 @@ class Census:
         flat = [x for row in self.labels for x in row]
         return {name: flat.count(name) for name in LABELS if name in flat}
 
+    def save(self, path, settings: dict[str, str] | None = None):
+        """Write the census report, a standalone offline HTML page (temporary name, then
+        rename); returns its path."""
+        from attnlab.inspect.report.census import write_census
+
+        return write_census(self, path, settings)
+
     def _repr_html_(self) -> str:
         from attnlab.inspect.report.census import render_census
 

@@ -36,19 +36,23 @@ import torch
 import torch.nn as nn
 
 from attnlab.inspect.capture import record
+from attnlab.inspect.census import Census
 from attnlab.inspect.metrics import head_metrics
 from attnlab.inspect.run import Inspection, TextMaps, reading_notes
 from attnlab.inspect.taxonomy import label_heads
 from attnlab.inspect.tokens import display_tokens
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps."
+LONG_CONTEXT = 1024       # past this many tokens show() and attnlab inspect take the census
+CENSUS_GRID = 256         # the census report's pooled maps: at most this many cells a side
 
 
 def show(model=None, tokenizer=None, text: str | None = None, pair: str | None = None, *,
          attentions=None, tokens=None, encoder_attentions=None, decoder_attentions=None,
          cross_attentions=None, encoder_tokens=None, decoder_tokens=None, inputs=None,
          truncate: bool = False, max_new_tokens: int = 20, neuron_layers=None,
-         name: str | None = None) -> Inspection:
+         census: bool | None = None, rows=None,
+         name: str | None = None) -> Inspection | Census:
     """Inspect a model (or maps you have) and return the report as an
     :class:`~attnlab.inspect.run.Inspection` that renders itself in a notebook.
 
@@ -66,10 +70,16 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
         max_new_tokens: what an encoder-decoder generates to show its decoder.
         neuron_layers: the layers whose query and key vectors the neuron view embeds
             (default: as many as keep the report small).
+        census: a transformers encoder or decoder past :data:`LONG_CONTEXT` tokens gets the
+            census report (statistics, pooled maps, exact rows; memory linear in the length)
+            instead of every map: None (default) switches there, True always, False never.
+        rows: the query positions whose exact weights the census report keeps (beside the
+            last one and each layer's sharpest).
         name: the model's name in the report.
 
     Returns:
-        An :class:`~attnlab.inspect.run.Inspection`; ``display`` it, or ``.save(path)``.
+        An :class:`~attnlab.inspect.run.Inspection`, or at long context a
+        :class:`~attnlab.inspect.census.Census`; ``display`` it, or ``.save(path)``.
     """
     _check_text(text, pair)
     if model is None:
@@ -81,7 +91,7 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
                               cross_attentions=cross_attentions, encoder_tokens=encoder_tokens,
                               decoder_tokens=decoder_tokens, name=name or "maps")
     elif isinstance(model, (str, Path)):
-        ins = _from_name(model, text, pair, truncate)
+        ins = _from_name(model, text, pair, truncate, census, rows)
     elif not isinstance(model, nn.Module):
         raise TypeError(f"model must be a name, a folder or a torch.nn.Module, got "
                         f"{type(model).__name__}")
@@ -103,13 +113,15 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
                                      "tokenizer, text)")
                 ins = inspect_transformers(model, tokenizer, text or DEFAULT_TEXT, pair,
                                            truncate=truncate, max_new_tokens=max_new_tokens,
-                                           name=name)
+                                           name=name, census=census, rows=rows)
             else:
                 ins = _from_module(model, inputs, tokens, name)
         finally:
             model.train(was)
     if name:
         ins.model = name
+    if isinstance(ins, Census):
+        return ins
     if text is None and ins.texts and ins.texts[0][0] == DEFAULT_TEXT:     # said, not hidden
         ins.notes = [f"no text given: the default sentence ({DEFAULT_TEXT!r})", *ins.notes]
     ins.neuron_layers = neuron_layers
@@ -164,18 +176,32 @@ def _check_text(text, pair) -> None:
                              + (" for the default sentence" if what == "text" else ""))
 
 
-def _from_name(model, text, pair, truncate) -> Inspection:
+def _from_name(model, text, pair, truncate, census=None, rows=None) -> Inspection | Census:
+    """The one routing of a model given by name or folder (show() and attnlab inspect)."""
     from attnlab.inspect import generative as G
     from attnlab.inspect.run import inspect_texts
 
     kind = G.model_kind(model)
+    if kind in ("induction", "dates") and pair is not None:
+        raise ValueError(f"pair= is for sentence-pair encoders; {model} reads one text")
     if kind == "induction":
         return G.inspect_induction(text)
     if kind == "dates":
         return G.inspect_dates(text)
-    if kind == "hf":
-        return inspect_hf(Path(model), text or DEFAULT_TEXT, truncate=truncate)
+    if kind in ("hf", "kjv"):
+        loaded, tok = load_kjv() if kind == "kjv" else load_hf(Path(model))
+        return inspect_transformers(loaded, tok, text or DEFAULT_TEXT, pair, truncate=truncate,
+                                    name=str(kind if kind == "kjv" else Path(model).name),
+                                    census=census, rows=rows)
     return inspect_texts([(text or DEFAULT_TEXT, pair)], str(model), truncate=truncate)
+
+
+def load_kjv():
+    """The zoo's byte-level decoder and its tokenizer."""
+    from attnlab import zoo
+    from attnlab.zoo import kjv
+
+    return zoo.load("kjv"), kjv.tokenizer()
 
 
 def _maps_of(attn, what: str) -> torch.Tensor:
@@ -270,10 +296,13 @@ def _from_module(model: nn.Module, inputs, tokens, name) -> Inspection:
 
 def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
                          truncate: bool = False, max_new_tokens: int = 20,
-                         name: str | None = None) -> Inspection:
+                         name: str | None = None, census: bool | None = None,
+                         rows=None) -> Inspection | Census:
     """Any transformers model with its tokenizer: an encoder (its self-attention), a decoder
     (causal maps, the next-token loss on the text), an encoder-decoder (encoder self,
-    decoder causal self-attention over what it generates, and cross-attention)."""
+    decoder causal self-attention over what it generates, and cross-attention). Past
+    :data:`LONG_CONTEXT` tokens (or with ``census=True``) an encoder or decoder gets its census
+    instead (:func:`attnlab.inspect.census`)."""
     import torch.nn.functional as F
 
     from attnlab.inspect.generative import _square
@@ -289,13 +318,16 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
         raise ValueError(f"pair= is for sentence-pair encoders (BERT); {name} reads one text, "
                          "and its tokenizer would join the two without a separator: join them "
                          "as you mean them, e.g. show(model, tokenizer, text + '\\n' + pair)")
+    if type(tok).__name__.startswith("ByT5"):           # bytes: no end token the LM never saw
+        kw["add_special_tokens"] = False
     batch = tok([text], [pair] if pair is not None else None, return_tensors="pt", **kw)
     # sentence ids only for a pair: a tokenizer's zeros are an embedding of their own in models
     # without segments (GPT-2 adds wte[0] to every position)
     keys = ("input_ids", "attention_mask") + (("token_type_ids",) if pair is not None else ())
     batch = {k: batch[k] for k in keys if k in batch}
     ids = batch["input_ids"][0]
-    full = tok([text], [pair] if pair is not None else None, return_tensors="pt")
+    full = tok([text], [pair] if pair is not None else None, return_tensors="pt",
+               **{k: v for k, v in kw.items() if k == "add_special_tokens"})
     notes = []
     if ids.numel() < full["input_ids"].shape[1]:
         notes.append(f"the text was cut from {full['input_ids'].shape[1]} to {ids.numel()} "
@@ -303,9 +335,15 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     if limit is not None and ids.numel() > limit:
         raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
                          f"of {name}; shorten it or pass truncate=True")
+    encdec = getattr(config, "is_encoder_decoder", False)
+    if census is True and encdec:
+        raise ValueError(f"census=True takes an encoder or a decoder; {name} is an "
+                         "encoder-decoder (its report shows its three kinds of maps)")
+    if census or (census is None and not encdec and ids.numel() > LONG_CONTEXT):
+        return _census_of(model, tok, batch, name, notes, rows)
     tokens = _token_names(tok, ids)
     notes += reading_notes(tokens, getattr(tok, "unk_token", None), None)
-    if getattr(config, "is_encoder_decoder", False):
+    if encdec:
         batch.pop("token_type_ids", None)                # generate() refuses what it ignores
         return _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, name)
     causal = bool(getattr(config, "is_decoder", False)) or _is_causal_lm(model)
@@ -322,6 +360,24 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
                   position=len(tokens) - 1 if causal else 0)
     ins.captures[0].attach(rec.vectors(0, kind=kind if kind in rec.kinds else None))
     return ins
+
+
+def _census_of(model, tok, batch, name, notes, rows) -> Census:
+    from attnlab.inspect.census import census
+
+    n = batch["input_ids"].shape[1]
+    rows = [] if rows is None else [int(r) for r in rows]
+    bad = [r for r in rows if not -n <= r < n]
+    if bad:
+        raise ValueError(f"rows must be token positions in [0, {n}) (or negative, from the "
+                         f"end), got {bad}; this text has {n} tokens")
+    rows = sorted({r % n for r in rows} | {n - 1})
+    c = census(model, tok, input_ids=batch["input_ids"],
+               attention_mask=batch.get("attention_mask"), pooled=CENSUS_GRID, rows=rows,
+               sharpest=2, name=name)
+    c.notes = [*notes, f"{n} tokens: the census report (every head's statistics, pooled maps "
+               f"and exact rows; no N x N map), past {LONG_CONTEXT} tokens", *c.notes]
+    return c
 
 
 def _token_names(tok, ids) -> list[str]:
@@ -366,10 +422,19 @@ def _encoder_decoder(model, tok, batch, tokens, text, notes, max_new_tokens, nam
     return ins
 
 
-def inspect_hf(path: Path, text: str, *, truncate: bool = False) -> Inspection:
-    """A local Hugging Face folder on ``text``, whatever its architecture: loaded with
-    transformers' Auto classes (a causal LM, an encoder-decoder, or an encoder) and the
-    folder's own tokenizer. A folder that lacks something gets one message naming it."""
+def inspect_hf(path: Path, text: str, *, truncate: bool = False, pair: str | None = None,
+               census: bool | None = None, rows=None) -> Inspection | Census:
+    """A local Hugging Face folder on ``text``, whatever its architecture (see
+    :func:`load_hf`)."""
+    model, tok = load_hf(path)
+    return inspect_transformers(model, tok, text, pair, truncate=truncate, name=Path(path).name,
+                                census=census, rows=rows)
+
+
+def load_hf(path: Path):
+    """A local Hugging Face folder loaded with transformers' Auto classes (a causal LM, an
+    encoder-decoder, or an encoder) and its own tokenizer; a folder that lacks something gets
+    one message naming it."""
     import transformers
 
     path = Path(path)
@@ -419,7 +484,7 @@ def inspect_hf(path: Path, text: str, *, truncate: bool = False) -> Inspection:
     if model is None:
         raise ValueError(f"model {str(path)!r}: no transformers class loads its model_type "
                          f"{config.model_type!r} ({str(last).splitlines()[0][:160]})")
-    return inspect_transformers(model, tok, text, truncate=truncate, name=path.name)
+    return model, tok
 
 
 def _causal_config(config) -> bool:
