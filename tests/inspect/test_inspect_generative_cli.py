@@ -18,8 +18,8 @@ def _folder(tmp_path, kind, positions=64):
     vocab = 30522                                    # the embedded tokenizer's
     if kind == "gpt2":
         model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_head=2, n_embd=16,
-                                                 vocab_size=vocab, n_positions=positions, bos_token_id=101,
-                                                 eos_token_id=102))
+                                                 vocab_size=vocab, n_positions=positions,
+                                                 bos_token_id=101, eos_token_id=102))
     else:
         model = tf.BartForConditionalGeneration(tf.BartConfig(
             encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
