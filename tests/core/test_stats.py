@@ -168,3 +168,44 @@ def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
     assert all(i >= 50 for i in got.row_index.tolist()[1:]) and len(got.row_index) == 3
     torch.testing.assert_close(got.row_weights.double(), gold.weights[..., got.row_index, :],
                                atol=1e-6, rtol=1e-5)
+
+
+FAST = {  # the first pass is the tiled forward itself (see stats._fast): causal-like masks
+    "causal": {"causal": True},
+    "causal + window 30": {"causal": True, "window": 30},
+    "causal + key padding": {"causal": True,
+                             "mask": masks.key_padding(torch.tensor([60, 0]))},
+    "window (25, 0), temperature 0.5": {"window": (25, 0), "temperature": 0.5},
+}
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 129, 129), (2, 4, 200, 200), (2, 2, 70, 33),
+                                   (2, 2, 1, 1)], ids=str)
+@pytest.mark.parametrize("case", list(FAST))
+def test_the_forward_pass_statistics_equal_the_online_pass_and_the_weights(shape, case):
+    b, h, n_q, n_k = shape
+    q, k = _qkv(b, h, n_q, n_k, h_kv=2, seed=8)
+    kw = FAST[case]
+    ids = torch.randint(0, 5, (n_k,), generator=torch.Generator().manual_seed(2)) \
+        if n_q == n_k else None
+    gold, _ = _gold(q, k, enable_gqa=h != 2, **kw)
+    want = reference_stats(gold.weights, lse=gold.lse, sink_keys=2, band=5, ids=ids)
+    args = dict(sink_keys=2, band=5, ids=ids, enable_gqa=h != 2, block=BLOCK, rows=[n_q - 1],
+                pooled=16, **kw)
+    fast = attention_stats(q.float(), k.float(), **args)
+    slow = attention_stats(q.float(), k.float(), slow=True, **args)
+    for name in (*FIELDS, "match_mass", "row_weights", "pooled_max"):
+        a, c = getattr(fast, name), getattr(slow, name)
+        if a is None:
+            assert c is None and (name != "match_mass" or ids is None), name
+            continue
+        if name == "argmax":
+            assert torch.equal(a < 0, c < 0), name
+            continue
+        both_inf = torch.isinf(a.double()) & torch.isinf(c.double())
+        assert float(torch.where(both_inf, 0.0, (a.double() - c.double()).abs()).max()) \
+            <= 1e-5 * max(float(c.abs().nan_to_num(0, 0, 0).max()), 1), name
+        b_ = getattr(want, name, None)
+        if name in FIELDS and name not in ("lse", "argmax"):
+            assert float((a.double() - b_).abs().max()) <= 1e-5 * max(float(b_.abs().max()),
+                                                                      1), name

@@ -156,3 +156,19 @@ def test_layers_with_different_head_counts_are_refused_by_name():
 
     with pytest.raises(ValueError, match="a: 2, b: 4"):
         census(Two(), inputs=torch.randn(1, 6, 8))
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gpt2"])
+def test_the_census_forward_gives_the_models_own_logits(family):
+    # the statistics' first pass is the tiled forward with extra value columns, and serves
+    # the model's attention call: the logits must be the model's
+    model = build(family).eval()
+    ids = torch.randint(3, V, (1, 300), generator=torch.Generator().manual_seed(4))
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    seen = {}
+    model.register_forward_hook(lambda m, a, kw, out: seen.setdefault("logits", out.logits),
+                                with_kwargs=True)
+    census(model, input_ids=ids)
+    torch.testing.assert_close(seen["logits"], want, atol=2e-5, rtol=1e-4)

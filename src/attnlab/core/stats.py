@@ -13,6 +13,16 @@ bias, softcap and score_mod, :class:`attnlab.core.backends.tiled._Tiles`) twice:
 2. only for the column sums, which need every row's ``m`` and ``l`` first: each tile's weights
    ``p_ij = e^(s_ij - m_i) / l_i`` again, summed over the rows.
 
+Where the scores are ``q.k`` times a constant and every kept key lies at or before the query
+(causal, a left window, padding; no float bias, softcap, score_mod or sinks), pass 1 is the
+tiled forward itself: attention averages whatever rows V holds, so the forward of
+``V' = [V | K | j | 1{j < sink_keys}]`` gives the output, ``E_p[k]`` (so ``E_p[s]`` and the
+entropy ``H = lse - E_p[s]``), the mean key position (the distance) and the sink mass in one
+sweep, and a model run by the census (:mod:`attnlab.inspect.census`) takes its attention output
+from that same pass. The second pass then finds the largest weights (a max of the scores), the
+band's masses (only on the tiles the band reaches), prefix matching and, where asked, the
+column sums, pooled maps and rows.
+
 Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-right alignment):
 
 * ``lse``; ``entropy`` ``H_i = -sum_j p_ij log p_ij`` (the sink's own share included);
@@ -43,6 +53,7 @@ the same from dense weights: the specification the tests hold the tiled pass to.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -76,6 +87,7 @@ class AttentionStats:
     pooled_max: torch.Tensor | None = None
     row_weights: torch.Tensor | None = None
     row_index: torch.Tensor | None = None
+    out: torch.Tensor | None = None
 
 
 def _check_options(sink_keys, band) -> None:
@@ -87,19 +99,24 @@ def _check_options(sink_keys, band) -> None:
                          f"query's position count as local), got {band!r}")
 
 
-def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool = False,
+def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None, *,
+                    mask=None, causal: bool = False,
                     window=None, scale: float | None = None, temperature: float = 1.0,
                     softcap: float | None = None, score_mod=None,
                     sinks: torch.Tensor | None = None, enable_gqa: bool = False,
                     sink_keys: int = 1, band: int = 16, columns: bool = True,
                     ids: torch.Tensor | None = None, pooled: int | None = None,
-                    rows=None, sharpest: int = 0,
+                    rows=None, sharpest: int = 0, slow: bool = False,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
     linear in the sequence length (see the module docstring).
 
     Args:
         q: ``(..., N_q, D)``; k: ``(..., N_k, D)`` (``H_kv`` heads under ``enable_gqa``).
+        v: the values ``(..., N_k, D_v)``, optional: where the first pass is the tiled forward
+            (causal-like masks, scores without bias, softcap, score_mod or sinks), the
+            attention output comes with the statistics (``out``, q's dtype), as
+            ``attnlab.attention(q, k, v, ...)`` on ``tiled`` computes it; else ``out`` is None.
         mask, causal, window, scale, temperature, softcap, score_mod, sinks, enable_gqa: as
             :func:`attnlab.attention` (values are not needed).
         sink_keys: the first keys whose mass is ``sink_mass`` (default 1: the first token).
@@ -112,6 +129,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
         rows: query indices whose exact weights are returned, ``row_weights (..., R, N_k)``
             in the order given. Implies the second pass.
         sharpest: add this many rows chosen after the first pass (see the module docstring).
+        slow: always take the general online pass (the fast path's specification in tests).
         block: the tiles ``(block_q, block_k)`` (default: the tiled backend's).
 
     Returns:
@@ -153,13 +171,211 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, *, mask=None, causal: bool
                 raise ValueError(f"rows must be query indices in [0, {spec.n_q}), got "
                                  f"{rows[bad].tolist()[:5]}")
         with (T.tile_sizes(*block) if block is not None else contextlib.nullcontext()):
-            out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids, pooled, rows,
-                              sharpest)
+            if _fast(spec, sink) and not slow:
+                vf = None
+                if v is not None:
+                    vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(
+                        n_kv, spec.n_k, v.shape[-1]).to(compute)
+                out = _tile_stats_fast(qf, kf, vf, spec, sink_keys, band, columns, ids,
+                                       pooled, rows, sharpest)
+                if out["out"] is not None:
+                    out["out"] = out["out"].to(q.dtype)
+            else:
+                out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids, pooled,
+                                  rows, sharpest)
     shape = spec.batch_shape
     index = out.pop("row_index")
     return AttentionStats(**{name: (None if t is None else
                                     t.reshape(*shape, *t.shape[1:]))
                              for name, t in out.items()}, row_index=index)
+
+
+def _causal_like(spec) -> bool:
+    """Every kept key lies at or before the query's aligned position (causal, or a window
+    with no right side), so that ``|p_i - j| = p_i - j``."""
+    b = spec.band
+    return b is not None and b[1] is not None and b[1] <= 0
+
+
+def _fast(spec, sink) -> bool:
+    """Whether the first pass can be the tiled forward itself (see :func:`_forward_stats`):
+    scores that are q.k times a constant (no float bias, softcap or score_mod), no sinks,
+    causal-like."""
+    return (sink is None and spec.float_bias() is None and spec.softcap is None
+            and spec.score_mod is None and _causal_like(spec) and spec.dropout_p == 0)
+
+
+def _forward_stats(q, k, v, spec, sink_keys: int):
+    """The first pass as the tiled forward with extra value columns: attention averages
+    whatever rows V holds, so with ``V' = [V | K | j | 1{j < sink_keys}]`` one forward gives,
+    besides the output, ``E_p[k]`` (whence ``E_p[s] = scale q . E_p[k]`` and the entropy
+    ``H = lse - E_p[s]``), the mean key position (the distance ``p_i - E_p[j]`` when every kept
+    key is at or before the query) and the sink mass. Returns ``(out or None, lse, entropy,
+    distance, sink_mass, m, r)``: natural units but for ``lse = m + r`` in the tiles' units
+    (0 on rows with no key)."""
+    from attnlab.core.backends.tiled import _forward, _lse, _base2
+
+    n_kv, n_k, d = k.shape
+    j = torch.arange(n_k, dtype=k.dtype, device=k.device)
+    feats = torch.stack([j, (j < sink_keys).to(k.dtype)], -1).expand(n_kv, n_k, 2)
+    parts = ([v] if v is not None else []) + [k, feats]
+    v_ext = torch.cat(parts, -1)
+    out, m, r = _forward(q, k, v_ext, dataclasses.replace(spec, d_v=v_ext.shape[-1]), None)
+    unit = LN2 if _base2(spec) else 1.0
+    lse = _lse(m, r, _base2(spec))
+    empty = torch.isneginf(lse)
+    d_v = 0 if v is None else v.shape[-1]
+    mean_k = out[..., d_v:d_v + d]                                     # E_p[k] (BH, N_q, D)
+    # H = lse - E_p[s] = r + (m - E_p[s]) in the tiles' units: m is near the row's largest
+    # score, so neither difference loses the digits a large lse would
+    mean_s = (q.double() * mean_k.double()).sum(-1) * (spec.score_scale / unit)   # tile units
+    zero = torch.zeros_like(lse)
+    safe_m = torch.where(empty, zero, m)
+    entropy = ((r.double() + (safe_m.double() - mean_s)) * unit).to(lse.dtype)
+    entropy = torch.where(empty, zero, entropy).clamp_min(0)
+    pos = torch.arange(spec.n_q, dtype=q.dtype, device=q.device) + spec.offset
+    distance = torch.where(empty, zero, pos - out[..., d_v + d])
+    sink_mass = torch.where(empty, zero, out[..., d_v + d + 1])
+    return ((out[..., :d_v] if v is not None else None), lse, entropy, distance, sink_mass,
+            safe_m, torch.where(empty, zero, r))
+
+
+def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, columns,
+                      pooled, rows) -> dict:
+    """The rest once every row's ``lse = m + r`` is known (the tiles' units), in one pass over
+    the tiles: the largest weight and its key (a max of the scores), the previous-token and
+    local mass on the tiles the band reaches, prefix matching (with ids), and what
+    :func:`_second_pass` adds (column sums, pooled maps, rows) where asked."""
+    from attnlab.core.backends.tiled import _key_blocks, _sizes
+
+    n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
+    dev, dt = q_s.device, m_u.dtype
+    block_q, block_k = _sizes()
+    best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
+    argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
+    prev = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
+    local = torch.zeros_like(prev)
+    match = torch.zeros_like(prev) if ids is not None else None
+    extra = _Extra(n_bh, n_q, n_k, dev, dt, columns, pooled, rows)
+    off = spec.offset
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        mi, ri = m_u[:, i0:i1, None], r_u[:, i0:i1, None]
+        pos = torch.arange(i0, i1, device=dev, dtype=dt)[:, None] + off        # (bq, 1)
+        near_lo, near_hi = i0 + off - band, i1 - 1 + off                       # keys in a band
+        extra.start(i0, i1)
+        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+            s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
+            if s is None:
+                continue
+            top, idx = s.max(-1)
+            better = top > best[:, i0:i1]
+            best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
+            argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
+            near = j1 > near_lo and j0 <= near_hi
+            if not near and ids is None and not extra.wanted:
+                continue
+            p = tiles.exp_(s.sub_(mi).sub_(ri))         # s is the tile's scratch: reuse it
+            if near:
+                keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]
+                prev[:, i0:i1] += (p * (keys == pos - 1)).sum(-1)
+                local[:, i0:i1] += (p * ((pos - keys).abs() <= band)).sum(-1)
+            if ids is not None:
+                same = before[j0:j1][None, :] == ids[i0:i1][:, None]            # (bq, bk)
+                if bool(same.any()):
+                    match[:, i0:i1] += (p * same).sum(-1)
+            extra.add(p, i0, i1, j0, j1)
+    return {"best": best, "argmax": argmax, "prev_mass": prev, "local_mass": local,
+            "match_mass": match, **extra.result()}
+
+
+class _Extra:
+    """Column sums, pooled maps and exact rows, added tile by tile from the weights ``p``."""
+
+    def __init__(self, n_bh, n_q, n_k, dev, dt, columns, pooled, rows):
+        self.n_q, self.n_k, self.pooled, self.rows = n_q, n_k, pooled, rows
+        self.wanted = columns or pooled is not None or rows is not None
+        self.received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
+        if pooled is not None:
+            self.cq, self.ck = -(-n_q // pooled), -(-n_k // pooled)            # cell sides
+            self.gq, self.gk = -(-n_q // self.cq), -(-n_k // self.ck)          # grid sides
+            self.p_sum = torch.zeros((n_bh, self.gq * self.gk), dtype=dt, device=dev)
+            self.p_max = torch.zeros((n_bh, self.gq * self.gk), dtype=dt, device=dev)
+        if rows is not None:
+            self.rows = rows.to(dev)
+            self.row_w = torch.zeros((n_bh, rows.numel(), n_k), dtype=dt, device=dev)
+        self.dev, self.dt = dev, dt
+
+    def start(self, i0, i1) -> None:
+        if self.rows is not None:
+            self.here = ((self.rows >= i0) & (self.rows < i1)).nonzero().flatten()
+
+    def add(self, p, i0, i1, j0, j1) -> None:
+        if self.received is not None:
+            self.received[:, j0:j1] += p.sum(1)
+        if self.pooled is not None:
+            _pool_tile(p, i0, i1, j0, j1, self.cq, self.ck, self.gk, self.p_sum, self.p_max)
+        if self.rows is not None and self.here.numel():
+            self.row_w[:, self.here, j0:j1] = p[:, self.rows[self.here] - i0]
+
+    def result(self) -> dict:
+        out = {"received": self.received, "pooled_mean": None, "pooled_max": None,
+               "row_weights": None}
+        if self.pooled is not None:
+            area = (_cell_sizes(self.n_q, self.cq, self.gq, self.dev, self.dt)[:, None]
+                    * _cell_sizes(self.n_k, self.ck, self.gk, self.dev, self.dt)[None, :])
+            n_bh = self.p_sum.shape[0]
+            out["pooled_mean"] = (self.p_sum / area.reshape(-1)).reshape(n_bh, self.gq, self.gk)
+            out["pooled_max"] = self.p_max.reshape(n_bh, self.gq, self.gk)
+        if self.rows is not None:
+            out["row_weights"] = self.row_w
+        return out
+
+
+def _tile_stats_fast(q, k, v, spec, sink_keys: int, band: int, columns: bool, ids,
+                     pooled=None, rows=None, sharpest: int = 0) -> dict:
+    """:func:`_tile_stats` where :func:`_fast` holds: the forward with extra value columns,
+    then one pass over the tiles for the maxima, the band's masses, prefix matching and (where
+    asked) the column sums, pooled maps and rows; the sharpest rows cost a pass of maxima
+    before it."""
+    from attnlab.core.backends.tiled import _Tiles
+
+    out, lse, entropy, distance, sink_mass, m_u, r_u = _forward_stats(q, k, v, spec, sink_keys)
+    tiles = _Tiles(spec, q.shape[0], None)
+    q_s = tiles.q_scaled(q)
+    empty = torch.isneginf(lse)
+    before = None
+    if ids is not None:
+        before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
+    if sharpest:            # the sharpest rows need the maxima first: a pass of their own
+        first = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None,
+                                  None)
+        top = torch.where(empty, torch.zeros_like(lse),
+                          tiles.exp(first["best"] - m_u - r_u))
+        rows = _with_sharpest(rows, top, sharpest, spec.n_q, q.device)
+    rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
+                             pooled, rows)
+    zero = torch.zeros_like(lse)
+    max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
+    argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
+    stats = {"lse": lse, "entropy": entropy, "max_weight": max_weight, "argmax": argmax,
+             "sink_mass": sink_mass, "prev_mass": rest["prev_mass"],
+             "local_mass": rest["local_mass"], "distance": distance}
+    if ids is not None:
+        stats["match_mass"] = rest["match_mass"]
+    extra = {name: rest[name] for name in ("received", "pooled_mean", "pooled_max",
+                                           "row_weights")}
+    return {**stats, **extra, "row_index": rows, "out": out}
+
+
+def _with_sharpest(rows, max_weight, sharpest: int, n_q: int, dev):
+    if not sharpest:
+        return rows
+    late = max_weight.mean(0)[n_q // 2:]
+    late = torch.where(torch.isin(torch.arange(n_q // 2, n_q, device=dev), rows.to(dev)),
+                       -1.0, late)
+    pick = late.topk(min(sharpest, late.numel())).indices + n_q // 2
+    return torch.cat([rows.to(dev), pick.sort().values])
 
 
 def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
@@ -251,12 +467,7 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
-    if sharpest:
-        late = stats["max_weight"].mean(0)[n_q // 2:]
-        late = torch.where(torch.isin(torch.arange(n_q // 2, n_q, device=dev), rows.to(dev)),
-                           -1.0, late)
-        pick = late.topk(min(sharpest, late.numel())).indices + n_q // 2
-        rows = torch.cat([rows.to(dev), pick.sort().values])
+    rows = _with_sharpest(rows, stats["max_weight"], sharpest, n_q, dev)
     # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
     extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows)
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,

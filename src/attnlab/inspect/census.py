@@ -108,20 +108,27 @@ class _Collector:
         self.layers: list[tuple[object, dict, bool]] = []
         self.skipped: list[str] = []
 
-    def add(self, module, query, key, options) -> None:
+    def add(self, module, query, key, options, value=None):
+        """Take the statistics of one attention call; with ``value`` (one sequence, no
+        dropout, no weights asked) also return its output where the statistics' first pass
+        computed it (the same tiled forward: the model then runs that pass once), else None."""
         n_q, n_k = query.shape[2], key.shape[2]
         name = self.names.get(id(module), type(module).__name__)
         n = self.ids.numel() if self.ids is not None else (
             self.layers[0][1].lse.shape[-1] if self.layers else n_q)
         if n_q != n or n_k != n:                 # cross-attention, a pooled layer
             self.skipped.append(f"{name} (N_q={n_q}, N_k={n_k})")
-            return
-        stats = attention_stats(query[:1].detach(), key[:1].detach(), sink_keys=self.sink_keys,
+            return None
+        fuse = value is not None and query.shape[0] == 1
+        stats = attention_stats(query[:1].detach(), key[:1].detach(),
+                                value.detach() if fuse else None, sink_keys=self.sink_keys,
                                 band=self.band, ids=self.ids, pooled=self.pooled,
                                 rows=self.rows, sharpest=self.sharpest,
                                 **{k: _first(v) for k, v in options.items()})
         causal = bool(options.get("causal")) or getattr(module, "is_causal", False)
+        out, stats.out = stats.out, None
         self.layers.append((name, stats, causal))
+        return out
 
 
 def _first(v):

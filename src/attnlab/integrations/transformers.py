@@ -197,17 +197,24 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
                 f"{backend!r} backend does not compute; use attn_implementation='attnlab' "
                 "(auto picks a backend that returns them) or 'attnlab_reference'")
     collector = _recording.census()
+    fused = None
     if collector is not None:                    # attnlab.inspect.census: statistics, no map
-        collector.add(module, query, key, dict(
+        # the statistics' first pass is the tiled forward; where it can, it serves the call
+        fused = collector.add(module, query, key, dict(
             mask=mask, causal=causal, window=window, scale=scaling, softcap=softcap,
-            sinks=sink, enable_gqa=query.shape[1] != key.shape[1]))
-    if backend != "auto":
-        _refuse_in_model_terms(backend, module, query, mask, dropout, softcap, sink,
-                               position_bias)
-    res = attention(query, key, value, mask=mask, causal=causal, window=window, scale=scaling,
-                    softcap=softcap, sinks=sink, enable_gqa=query.shape[1] != key.shape[1],
-                    dropout_p=dropout, backend=backend, return_weights=want)
-    out, weights = (res.out, res.weights) if want else (res, None)
+            sinks=sink, enable_gqa=query.shape[1] != key.shape[1]),
+            value=value if not (want or dropout) else None)
+    if fused is not None:
+        out, weights = fused, None
+    else:
+        if backend != "auto":
+            _refuse_in_model_terms(backend, module, query, mask, dropout, softcap, sink,
+                                   position_bias)
+        res = attention(query, key, value, mask=mask, causal=causal, window=window,
+                        scale=scaling, softcap=softcap, sinks=sink,
+                        enable_gqa=query.shape[1] != key.shape[1], dropout_p=dropout,
+                        backend=backend, return_weights=want)
+        out, weights = (res.out, res.weights) if want else (res, None)
     if weights is not None and n_used < n_k:
         weights = torch.nn.functional.pad(weights, (0, n_k - n_used))
     if recording:
