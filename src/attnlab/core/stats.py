@@ -213,7 +213,7 @@ def _forward_stats(q, k, v, spec, sink_keys: int):
     key is at or before the query) and the sink mass. Returns ``(out or None, lse, entropy,
     distance, sink_mass, m, r)``: natural units but for ``lse = m + r`` in the tiles' units
     (0 on rows with no key)."""
-    from attnlab.core.backends.tiled import _forward, _lse, _base2
+    from attnlab.core.backends.tiled import _base2, _forward, _lse
 
     n_kv, n_k, d = k.shape
     j = torch.arange(n_k, dtype=k.dtype, device=k.device)
