@@ -5,8 +5,6 @@ import importlib
 import inspect
 import pkgutil
 
-import pytest
-
 import attnlab.plots
 
 
@@ -46,9 +44,3 @@ def test_a_draw_function_fills_a_callers_subplot():
     right.plot([0, 1], [1, 0])
     assert draw_heatmap(np.eye(3), left, title="identity") is left
     assert left.get_title() == "identity" and len(right.lines) == 1
-
-
-def test_the_old_names_warn_and_still_draw(tmp_path):
-    with pytest.warns(DeprecationWarning, match="save_heatmap"):
-        attnlab.plots.heatmap([[0.0, 1.0]], tmp_path / "m.png", title="old")
-    assert (tmp_path / "m.png").exists()

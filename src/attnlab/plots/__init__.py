@@ -9,9 +9,7 @@ One convention, as scikit-learn's Display objects: every figure is a pair
 
 Saved figures live on a ``matplotlib.figure.Figure`` with its own Agg canvas (:func:`figure`:
 layout, atomic save, release): the user's matplotlib backend and global settings are never
-touched, so importing attnlab in a notebook leaves its figures showing. The earlier names
-(``heatmap``, ``plot_*``, ``*_figure``, ``write_*``) still work for one release, with a
-DeprecationWarning.
+touched, so importing attnlab in a notebook leaves its figures showing.
 
 Modules: :mod:`~attnlab.plots.heatmap` (any matrix), :mod:`~attnlab.plots.inspect`,
 :mod:`~attnlab.plots.explain`, :mod:`~attnlab.plots.forecast`, :mod:`~attnlab.plots.tabular`,
@@ -20,6 +18,6 @@ Modules: :mod:`~attnlab.plots.heatmap` (any matrix), :mod:`~attnlab.plots.inspec
 """
 
 from attnlab.plots._figure import figure, save_figure
-from attnlab.plots.heatmap import draw_heatmap, heatmap, save_heatmap
+from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
-__all__ = ["draw_heatmap", "figure", "heatmap", "save_figure", "save_heatmap"]
+__all__ = ["draw_heatmap", "figure", "save_figure", "save_heatmap"]

@@ -96,18 +96,3 @@ def figure(paths: str | Path | Sequence[str | Path], *, figsize: tuple[float, fl
 def first_path(paths: str | Path | Sequence[str | Path]) -> Path:
     """The first of one path or several."""
     return Path(paths if isinstance(paths, (str, Path)) else list(paths)[0])
-
-
-def deprecated(old: str, new):
-    """``old`` as a deprecated alias of ``new`` for one release (a DeprecationWarning)."""
-    import functools
-
-    @functools.wraps(new)
-    def alias(*args, **kwargs):
-        warnings.warn(f"attnlab.plots: {old}() is deprecated; use {new.__name__}() (every "
-                      "figure is draw_<what>(obj, ax) plus save_<what>(obj, path))",
-                      DeprecationWarning, stacklevel=2)
-        return new(*args, **kwargs)
-
-    alias.__name__ = old
-    return alias

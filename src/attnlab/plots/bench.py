@@ -71,10 +71,3 @@ def save_bench(result: dict, out_dir: Path) -> list[Path]:
         draw_tradeoff(result, fig.subplots(1, 2))
     paths.append(path)
     return paths
-
-
-def plot(result: dict, out_dir: Path) -> list[Path]:
-    """Deprecated: :func:`save_bench`."""
-    from attnlab.plots._figure import deprecated
-
-    return deprecated("plot", save_bench)(result, out_dir)

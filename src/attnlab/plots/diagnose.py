@@ -6,7 +6,7 @@ import math
 
 from matplotlib.ticker import NullFormatter
 
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 
 
 def _fig(axes):
@@ -221,8 +221,3 @@ def save_monitor(monitor, paths) -> None:
         draw_monitor(monitor, fig.subplots(1, 4))
 
 
-why_sqrt_d = deprecated("why_sqrt_d", save_why_sqrt_d)
-temperature = deprecated("temperature", save_temperature)
-logit_growth = deprecated("logit_growth", save_logit_growth)
-ln_depth = deprecated("ln_depth", save_ln_depth)
-monitor_figure = deprecated("monitor_figure", save_monitor)

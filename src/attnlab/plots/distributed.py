@@ -8,7 +8,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from attnlab.distributed import layout as L
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 
 RANK_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
                "#8C8C8C")
@@ -55,4 +55,3 @@ def save_layout(paths: str | Path | list, *, n: int = 32, world: int = 4) -> Non
         draw_layout(fig.subplots(1, 2), n=n, world=world)
 
 
-layout_figure = deprecated("layout_figure", save_layout)

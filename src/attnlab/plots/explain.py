@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.plots._figure import deprecated
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
 
@@ -41,4 +40,3 @@ def save_heatmaps(wt, out_dir: str | Path) -> list[Path]:
                                   (wt.keep, "mask.png", lambda m, ax: draw_mask(wt, ax)))]
 
 
-write_heatmaps = deprecated("write_heatmaps", save_heatmaps)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
 COLORS = {"attention": "#d62728", "seasonal_naive": "#7f7f7f", "naive": "#bcbd22",
@@ -200,7 +200,3 @@ def save_architecture(model, path) -> Path:
     return Path(path)
 
 
-plot_backtest = deprecated("plot_backtest", save_backtest)
-plot_forecast_attention = deprecated("plot_forecast_attention", save_forecast_attention)
-plot_future = deprecated("plot_future", save_future)
-plot_architecture = deprecated("plot_architecture", save_architecture)

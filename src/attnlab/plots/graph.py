@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
 PALETTE = ["#2f6db3", "#e0812b", "#3a9d5d", "#c23b3b", "#8a5fbf"]
@@ -78,5 +78,3 @@ def save_attention_matrix(clf, path, title: str | None = None) -> Path:
                         draw=lambda m, ax: draw_attention_matrix(clf, ax, title))
 
 
-plot_graph = deprecated("plot_graph", save_graph)
-plot_attention_matrix = deprecated("plot_attention_matrix", save_attention_matrix)

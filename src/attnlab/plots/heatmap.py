@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Rectangle
 
-from attnlab.plots._figure import deprecated, figure, first_path
+from attnlab.plots._figure import figure, first_path
 
 
 def heatmap_size(matrix) -> tuple[float, float]:
@@ -108,4 +108,3 @@ def draw_heatmap(matrix, ax, *, title: str,
     return ax
 
 
-heatmap = deprecated("heatmap", save_heatmap)

@@ -13,7 +13,7 @@ import torch
 
 from attnlab.inspect.metrics import METRIC_TITLES
 from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
 
@@ -189,9 +189,3 @@ def _most_confident(ins) -> tuple[int, int]:
     return divmod(flat, ins.heads)
 
 
-head_figure = deprecated("head_figure", save_head)
-model_grid = deprecated("model_grid", save_model_grid)
-metric_grid = deprecated("metric_grid", save_metric_grid)
-rollout_figure = deprecated("rollout_figure", save_rollout)
-embedding_figure = deprecated("embedding_figure", save_embedding)
-write_figures = deprecated("write_figures", save_figures)

@@ -9,7 +9,7 @@ from matplotlib.patches import Patch, Rectangle
 from attnlab.core import masks as M
 from attnlab.core.layout import block_layout
 from attnlab.core.masks import band_range
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 
 PROGRAM_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
                   "#8C8C8C")
@@ -87,4 +87,3 @@ def save_launch_grid(paths: str | Path | list, *, n: int = 256, block: int = 32,
         draw_launch_grid(fig.subplots(1, 3), n=n, block=block, window=window)
 
 
-launch_grid_figure = deprecated("launch_grid_figure", save_launch_grid)

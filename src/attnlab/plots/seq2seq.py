@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.plots._figure import deprecated
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
 
@@ -23,4 +22,3 @@ def save_alignment(tr, path, title: str | None = None) -> Path:
     return save_heatmap(tr.alignment, path, draw=lambda m, ax: draw_alignment(tr, ax, title))
 
 
-plot_alignment = deprecated("plot_alignment", save_alignment)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.plots._figure import deprecated, figure
+from attnlab.plots._figure import figure
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
 
@@ -52,5 +52,3 @@ def save_importance(est, path: str | Path, title: str | None = None) -> Path:
     return Path(path)
 
 
-plot_feature_attention = deprecated("plot_feature_attention", save_feature_attention)
-plot_importance = deprecated("plot_importance", save_importance)
