@@ -48,21 +48,14 @@ def test_padded_alignment_differs_from_per_sequence_alignment():
     assert (w[0, 0, 5:] == 0).all()                                 # padding rows
 
 
-def test_the_deprecated_keywords_warn_and_equal_the_mask_function():
+def test_the_removed_keywords_are_refused_by_python():
     q = torch.randn(4, 2, 9, 8, dtype=torch.float64)
-    with pytest.warns(DeprecationWarning, match="masks.varlen"):
-        old = attention(q, q, q, q_lengths=Q_LEN, kv_lengths=K_LEN, causal=True)
-    new = attention(q, q, q, mask=masks.varlen(Q_LEN, K_LEN, causal=True))
-    assert torch.equal(old, new)
+    with pytest.raises(TypeError, match="q_lengths"):
+        attention(q, q, q, q_lengths=Q_LEN, kv_lengths=K_LEN, causal=True)
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_bad_lengths():
-    q = torch.randn(4, 2, 9, 8)
-    with pytest.raises(ValueError,
-                       match="kv_lengths must be \\(B,\\) = \\(4,\\) with entries <= 9"):
-        attention(q, q, q, kv_lengths=torch.tensor([1, 2, 3, 10]))
-    with pytest.raises(ValueError, match="mask function, not a mask tensor"):
-        attention(q, q, q, q_lengths=Q_LEN, mask=torch.ones(9, 9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="one entry per sequence each"):
+        masks.varlen(Q_LEN, K_LEN[:3])
     with pytest.raises(ValueError, match="q_lengths must be >= 0"):
         masks.varlen(torch.tensor([-1, 2, 3, 4]), K_LEN)

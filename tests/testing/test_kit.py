@@ -82,17 +82,16 @@ def test_register_backend_with_check_runs_the_kit():
         unregister_backend("planted")
 
 
-def test_register_backend_check_true_is_deprecated_but_still_checks():
+def test_register_backend_refuses_check_true_and_names_register_checked():
     from attnlab.core.registry import Capabilities, list_backends, register_backend
     from attnlab.core.spec import AttentionOutput
 
     def bad(q, k, v, spec):                                   # ignores the scale
         return AttentionOutput(attention(q, k, v, backend="reference", scale=1.0))
 
-    with pytest.warns(DeprecationWarning, match="register_checked"):
-        with pytest.raises(ValueError, match="failed .* conformance cases"):
-            register_backend("planted2", bad, Capabilities(exact=False, masks=frozenset()),
-                             check=True)
+    with pytest.raises(TypeError, match="register_checked"):
+        register_backend("planted2", bad, Capabilities(exact=False, masks=frozenset()),
+                         check=True)
     assert "planted2" not in list_backends()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import warnings
 
 import torch
 
@@ -60,7 +59,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
               scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
               generator: torch.Generator | None = None, softcap: float | None = None,
               score_mod=None, sinks: torch.Tensor | None = None, enable_gqa: bool = False,
-              q_lengths: torch.Tensor | None = None, kv_lengths: torch.Tensor | None = None,
               backend: str = "auto",
               return_weights: bool = False,
               return_lse: bool = False) -> torch.Tensor | AttentionOutput:
@@ -113,9 +111,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
             every row's softmax but carries no value, ``O_i = sum_j exp(S_ij - L_i) v_j`` with
             ``L_i = log(exp(sink) + sum_j exp(S_ij))``; the returned lse is ``L``. Folded in with
             the merge rule on any backend that returns lse; differentiable. Default None.
-        q_lengths, kv_lengths: deprecated; pass
-            ``mask=attnlab.masks.varlen(q_lengths, kv_lengths, causal=..., window=...)``
-            (per-sequence lengths of a right-padded batch, FlashAttention's varlen semantics).
         enable_gqa: grouped-query / multi-query attention (as SDPA's ``enable_gqa``): k and v
             have ``H_kv`` heads in dim -3, q has ``H_q``, a multiple of it; query head h uses
             K/V head ``h // (H_q / H_kv)``. K/V are never repeated in memory. Default False.
@@ -133,38 +128,39 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
         >>> attention(q, k, v, causal=True).shape
         torch.Size([2, 4, 5, 3])
     """
+    options = _options(locals())
     route = _DISPATCH.get()
     if route is not None:
         with no_dispatch():
-            return route(q, k, v, dict(
-                mask=mask, causal=causal, window=window, scale=scale, temperature=temperature,
-                dropout_p=dropout_p, generator=generator, softcap=softcap, score_mod=score_mod,
-                sinks=sinks, enable_gqa=enable_gqa, q_lengths=q_lengths, kv_lengths=kv_lengths,
-                backend=backend, return_weights=return_weights, return_lse=return_lse))
-    req = _request(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
-                   temperature=temperature, dropout_p=dropout_p, generator=generator,
-                   softcap=softcap, score_mod=score_mod, sinks=sinks, enable_gqa=enable_gqa,
-                   q_lengths=q_lengths, kv_lengths=kv_lengths, backend=backend,
-                   return_weights=return_weights, return_lse=return_lse, stacklevel=3)
+            return route(q, k, v, options)
+    req = _request(q, k, v, options)
     spec, chosen, sink = req.spec, req.backend, req.sink
-    if sink is not None:
-        result = _with_sink(attention(q, k, v, mask=req.mask, causal=req.causal,
-                                      window=req.window, scale=scale, temperature=temperature,
-                                      dropout_p=dropout_p, generator=generator,
-                                      softcap=softcap, score_mod=score_mod,
-                                      enable_gqa=enable_gqa, backend=chosen.name,
-                                      return_weights=return_weights, return_lse=True), sink)
-        return result if return_weights or return_lse else result.out
     if spec.n_q == 0 or spec.n_k == 0:
         result = _empty(q, k, v, spec)
-        return result if return_weights or return_lse else result.out
-    q = q.expand(*spec.batch_shape, *q.shape[-2:])             # (*batch, N_q, D_k), a view
-    k = k.expand(*spec.kv_batch_shape, *k.shape[-2:])          # (*batch_kv, N_k, D_k)
-    v = v.expand(*spec.kv_batch_shape, *v.shape[-2:])          # (*batch_kv, N_k, D_v)
-    result = chosen.fn(q, k, v, spec)
+    else:
+        q = q.expand(*spec.batch_shape, *q.shape[-2:])             # (*batch, N_q, D_k), a view
+        k = k.expand(*spec.kv_batch_shape, *k.shape[-2:])          # (*batch_kv, N_k, D_k)
+        v = v.expand(*spec.kv_batch_shape, *v.shape[-2:])          # (*batch_kv, N_k, D_v)
+        result = chosen.fn(q, k, v, spec)
+    if sink is not None:                       # one more logit, merged from (out, lse)
+        result = _with_sink(result, sink)
+        if not return_lse:
+            result = AttentionOutput(out=result.out, weights=result.weights, lse=None)
     if return_weights or return_lse:
         return result
     return result.out
+
+
+#: :func:`attention`'s keywords, written once: a route (:func:`dispatch_to`), the request
+#: builder and :func:`which_backend` take them as one dict.
+KEYWORDS = ("mask", "causal", "window", "scale", "temperature", "dropout_p", "generator",
+            "softcap", "score_mod", "sinks", "enable_gqa", "backend", "return_weights",
+            "return_lse")
+
+
+def _options(frame: dict) -> dict:
+    """The keywords of an :func:`attention`-shaped call from its ``locals()``."""
+    return {name: frame[name] for name in KEYWORDS}
 
 
 def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=None,
@@ -173,7 +169,6 @@ def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=Non
                   scale: float | None = None, temperature: float = 1.0, dropout_p: float = 0.0,
                   generator: torch.Generator | None = None, softcap: float | None = None,
                   score_mod=None, sinks: torch.Tensor | None = None, enable_gqa: bool = False,
-                  q_lengths: torch.Tensor | None = None, kv_lengths: torch.Tensor | None = None,
                   backend: str = "auto", return_weights: bool = False,
                   return_lse: bool = False) -> str:
     """The name of the backend :func:`attention` would run for exactly these arguments.
@@ -186,41 +181,24 @@ def which_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask=Non
         >>> which_backend(q, q, q, window=(256, 256))
         'blocksparse'
     """
-    return _request(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
-                    temperature=temperature, dropout_p=dropout_p, generator=generator,
-                    softcap=softcap, score_mod=score_mod, sinks=sinks, enable_gqa=enable_gqa,
-                    q_lengths=q_lengths, kv_lengths=kv_lengths, backend=backend,
-                    return_weights=return_weights, return_lse=return_lse,
-                    stacklevel=3).backend.name
+    return _request(q, k, v, _options(locals())).backend.name
 
 
 @dataclasses.dataclass(frozen=True)
 class _Request:
-    """A checked call: the spec, the backend that serves it, the sinks as ``(*batch, 1)``
-    logits (or None), and the masks after per-sequence lengths were folded in."""
+    """A checked call: the spec, the backend that serves it and the sinks as ``(*batch, 1)``
+    logits (or None)."""
 
     spec: object
     backend: object
     sink: torch.Tensor | None
-    mask: object
-    causal: bool
-    window: object
 
 
-def _request(q, k, v, *, mask, causal, window, scale, temperature, dropout_p, generator,
-             softcap, score_mod, sinks, enable_gqa, q_lengths, kv_lengths, backend,
-             return_weights, return_lse, stacklevel) -> _Request:
+def _request(q, k, v, options: dict) -> _Request:
     """The one request builder of :func:`attention` and :func:`which_backend`."""
-    if q_lengths is not None or kv_lengths is not None:
-        warnings.warn("attention(q_lengths=, kv_lengths=) is deprecated and will be removed in "
-                      "the next release; pass mask=attnlab.masks.varlen(q_lengths, kv_lengths, "
-                      "causal=..., window=...) instead", DeprecationWarning,
-                      stacklevel=stacklevel)
-        mask, causal, window = _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths)
-    spec = build_spec(q, k, v, mask=mask, causal=causal, window=window, scale=scale,
-                      temperature=temperature, dropout_p=dropout_p, generator=generator,
-                      softcap=softcap, score_mod=score_mod, enable_gqa=enable_gqa,
-                      return_weights=return_weights, return_lse=return_lse)
+    o = dict(options)
+    sinks, backend = o.pop("sinks"), o.pop("backend")
+    spec = build_spec(q, k, v, **o)
     sink = _validate_sinks(sinks, spec)
     if sink is not None:                       # folded in from the backend's (out, lse)
         spec = dataclasses.replace(spec, need_lse=True)
@@ -229,7 +207,7 @@ def _request(q, k, v, *, mask, causal, window, scale, temperature, dropout_p, ge
             raise ValueError(f"backend {backend!r} cannot serve sinks: they are merged in from "
                              "the log-sum-exp, which it does not return; use backend='auto' or "
                              "one that returns lse (see attnlab.list_backends())")
-    return _Request(spec, select_backend(backend, spec), sink, mask, causal, window)
+    return _Request(spec, select_backend(backend, spec), sink)
 
 
 def attend(scores: torch.Tensor, v: torch.Tensor, *, mask=None, causal: bool = False,
@@ -342,35 +320,3 @@ def _with_sink(res: AttentionOutput, sink: torch.Tensor) -> AttentionOutput:
     # a backend's lse may be float32 under half-precision inputs: the output keeps the input
     # dtype (a bfloat16 model's next projection expects it)
     return AttentionOutput(out=out.to(res.out.dtype), weights=weights, lse=lse)
-
-
-def _per_sequence(q, k, mask, causal, window, q_lengths, kv_lengths):
-    """Fold per-sequence lengths (and the causal / window they align) into one mask function."""
-    from attnlab.core import masks
-    from attnlab.core._geometry import validate_window
-
-    if q.dim() < 3:
-        raise ValueError(f"q_lengths / kv_lengths need a batch dim: q of shape (B, [H,] N, D), "
-                         f"got {tuple(q.shape)}")
-    n_b = q.shape[0]
-
-    def full(t, n):
-        return torch.full((n_b,), n, dtype=torch.long) if t is None else torch.as_tensor(t)
-
-    ql, kl = full(q_lengths, q.shape[-2]), full(kv_lengths, k.shape[-2])
-    for name, t, n in (("q_lengths", ql, q.shape[-2]), ("kv_lengths", kl, k.shape[-2])):
-        if t.dim() != 1 or t.shape[0] != n_b or (t > n).any():
-            raise ValueError(f"{name} must be (B,) = ({n_b},) with entries <= {n} (the padded "
-                             f"length), got {t.tolist() if t.dim() == 1 else tuple(t.shape)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {describe(causal)}")
-    fn = masks.varlen(ql, kl, causal=causal, window=validate_window(window))
-    if mask is None:
-        combined = fn
-    elif callable(mask) and not isinstance(mask, torch.Tensor):
-        combined = masks.and_masks(mask, fn)
-    else:
-        raise ValueError("q_lengths / kv_lengths combine with a mask function, not a mask "
-                         "tensor; express the tensor mask's rule as a mask function, or apply "
-                         "the lengths in the tensor (False at padding)")
-    return combined, False, None

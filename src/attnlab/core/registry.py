@@ -9,8 +9,6 @@ exact backend able to serve a request.
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -96,7 +94,7 @@ _REGISTRY: dict[str, Backend] = {}
 
 def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                      description: str = "", cost: Callable[[AttentionSpec], float] | None = None,
-                     check: Callable[[AttentionSpec], str | None] | bool | None = None,
+                     check: Callable[[AttentionSpec], str | None] | None = None,
                      available: Callable[[], str | None] | None = None,
                      linear_memory: Callable[[AttentionSpec], bool] | None = None,
                      overwrite: bool = False) -> Backend:
@@ -106,23 +104,17 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
     capability flags the backend refuses. ``available`` says why the backend cannot run on this
     machine at all (None: it can). ``linear_memory`` says for which requests it allocates
     nothing of size N_q x N_k (``select_backend(..., linear_memory=True)`` picks among those). To
-    run the conformance kit before registering, use
-    :func:`attnlab.testing.register_checked` (``check=True`` is its deprecated spelling).
+    run the conformance kit before registering, use :func:`attnlab.testing.register_checked`.
 
     Example:
         >>> def mine(q, k, v, spec):            # doctest: +SKIP
         ...     ...
         >>> register_backend("mine", mine, Capabilities(lse=True))   # doctest: +SKIP
     """
-    if check is True:
-        # Deprecated for one release: verification lives above the core (attnlab.testing), so
-        # the core reaches it only through this shim, by name, never by an import of its own.
-        warnings.warn("register_backend(..., check=True) is deprecated; use "
-                      "attnlab.testing.register_checked(name, fn, capabilities, ...)",
-                      DeprecationWarning, stacklevel=2)
-        testing = importlib.import_module("attnlab.testing")
-        return testing.register_checked(name, fn, capabilities, description=description,
-                                        cost=cost, available=available, overwrite=overwrite)
+    if isinstance(check, bool):
+        raise TypeError("check must be a function spec -> reason | None (the requests the "
+                        "backend refuses); to run the conformance kit before registering use "
+                        "attnlab.testing.register_checked(name, fn, capabilities, ...)")
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"backend name must be a non-empty string other than 'auto', got {name!r}")
     if name in _REGISTRY and not overwrite:
@@ -130,7 +122,7 @@ def register_backend(name: str, fn: BackendFn, capabilities: Capabilities, *,
                          f"replace it")
     backend = Backend(name, fn, capabilities, description,
                       **({"cost": cost} if cost is not None else {}),
-                      check=None if isinstance(check, bool) else check, available=available,
+                      check=check, available=available,
                       linear_memory=linear_memory)
     _REGISTRY[name] = backend
     return backend

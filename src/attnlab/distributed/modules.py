@@ -52,7 +52,7 @@ class _Router:
         self.backend, self.timeout = backend, timeout
 
     def __call__(self, q, k, v, options):
-        bad = [name for name in ("score_mod", "sinks", "q_lengths", "kv_lengths")
+        bad = [name for name in ("score_mod", "sinks")
                if options[name] is not None]
         if options["dropout_p"]:
             bad.append("dropout_p")
