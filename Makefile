@@ -22,7 +22,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/attnlab inspect --out out/inspect
 
-# The suite needs chromium, TeX Live (xelatex + ctex) and poppler: installed here when missing.
+# The suite needs chromium, TeX Live (xelatex + ctex), poppler and bible-kjv: installed here when missing.
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
