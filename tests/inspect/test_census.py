@@ -172,3 +172,12 @@ def test_the_census_forward_gives_the_models_own_logits(family):
                                 with_kwargs=True)
     census(model, input_ids=ids)
     torch.testing.assert_close(seen["logits"], want, atol=2e-5, rtol=1e-4)
+
+
+def test_rotary_models_run_past_their_positions_with_a_note_learned_ones_refuse():
+    model = build("llama").eval()
+    model.config.max_position_embeddings = 100
+    c = census(model, input_ids=torch.randint(3, V, (1, 130)))
+    assert c.length == 130 and any("past the model's 100 positions" in n for n in c.notes)
+    with pytest.raises(ValueError, match="more than the 2048 positions"):
+        census(build("gpt2"), input_ids=torch.ones(1, 2049, dtype=torch.long))

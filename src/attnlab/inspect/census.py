@@ -200,6 +200,11 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     tokens = _tokens(tokenizer, ids)
     out = _assemble(collector, ids if input_ids is not None else None, tokens,
                     name or type(model).__name__, sink_keys, band)
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if is_hf and limit is not None and out.length > limit:
+        out.notes.append(f"{out.length} tokens, past the model's {limit} positions: rotary "
+                         "positions run at any length, and these are the model's statistics "
+                         "there, beyond what it was trained on")
     if collector.skipped:
         out.notes.append("not counted (not a self-attention over the sequence): "
                          + ", ".join(collector.skipped))
@@ -225,7 +230,7 @@ def _input_ids(model, tokenizer, text, input_ids, attention_mask, inputs, is_hf)
     if is_hf:
         limit = (getattr(model.config, "max_position_embeddings", None)
                  or getattr(model.config, "n_positions", None))
-        if limit is not None and input_ids.shape[1] > limit:
+        if limit is not None and input_ids.shape[1] > limit and not rotary(model.config):
             raise ValueError(f"the sequence has {input_ids.shape[1]} tokens, more than the "
                              f"{limit} positions of {type(model).__name__}; shorten it, or build "
                              "the model with a larger max_position_embeddings")
@@ -234,6 +239,12 @@ def _input_ids(model, tokenizer, text, input_ids, attention_mask, inputs, is_hf)
         raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
                          f"got {tuple(torch.as_tensor(attention_mask).shape)}")
     return input_ids, attention_mask
+
+
+def rotary(config) -> bool:
+    """Whether a transformers config's positions are rotary (RoPE: computed at any position,
+    no table to run past; the model is then read beyond the length it was trained at)."""
+    return bool(getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None))
 
 
 def _no_special(tokenizer, is_hf) -> dict:

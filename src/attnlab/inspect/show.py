@@ -332,7 +332,11 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     if ids.numel() < full["input_ids"].shape[1]:
         notes.append(f"the text was cut from {full['input_ids'].shape[1]} to {ids.numel()} "
                      "tokens (truncate)")
-    if limit is not None and ids.numel() > limit:
+    from attnlab.inspect.census import rotary
+
+    long_ok = rotary(config) and census is not False and not getattr(
+        config, "is_encoder_decoder", False)             # the census reads RoPE past its table
+    if limit is not None and ids.numel() > limit and not long_ok:
         raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
                          f"of {name}; shorten it or pass truncate=True")
     encdec = getattr(config, "is_encoder_decoder", False)
