@@ -7,11 +7,13 @@ tensor exists beyond one ``(BH, block_q, block_k)`` tile. Tiles that the causal 
 excludes are never computed, tiles the band covers entirely are not masked, and a partial
 tile's band mask comes from the positions (:func:`~attnlab.core._geometry.tile_keep`).
 
-Where nothing but q and k makes the scores (no float mask, softcap or score_mod), they are
-computed in units of log2 e (the scale is multiplied by log2 e once, on q), so every
-exponential is ``exp2``: the same numbers, about 3x faster than ``exp`` on CPU
-(FlashAttention-2's kernels do the same). With a float mask they stay natural: ``finfo.min``
-times log2 e would overflow to -inf and turn a huge mask into a full one.
+Without a float mask the scores are in units of log2 e, so every exponential is ``exp2``: the
+same numbers, about 3x faster than ``exp`` on CPU (FlashAttention-2's kernels do the same).
+Where nothing but q and k makes them, the factor rides on q (the scale is multiplied by log2 e
+once); a softcap or a score_mod is applied to the natural scores of the tile, which are then
+multiplied by log2 e (one pass, cheaper than the exp it turns into exp2). With a float mask
+they stay natural: ``finfo.min`` times log2 e would overflow to -inf and turn a huge mask into
+a full one.
 
 Backward. Only q, k, v, the output and the two parts of lse ``(m, r)`` are saved. Each tile's
 probabilities are recomputed exactly, and with ``D_i = sum_d dO_id O_id``::
@@ -98,14 +100,20 @@ def _key_blocks(spec: AttentionSpec, i0: int, i1: int, block_k: int):
 
 def _base2(spec: AttentionSpec) -> bool:
     """Whether the call computes its scores in log2 units (see the module docstring)."""
+    return spec.float_bias() is None
+
+
+def _plain(spec: AttentionSpec) -> bool:
+    """Whether q and k alone make the scores (no float mask, softcap or score_mod)."""
     return spec.softcap is None and spec.score_mod is None and spec.float_bias() is None
 
 
 class _Tiles:
     """Per-tile pieces shared by forward and backward (the same scores, masks and dropout).
 
-    Scores are in log2 units when ``base2`` (``q_s = q * scale / temperature * log2 e``), else
-    natural; ``exp`` / ``log`` are the matching functions."""
+    Scores are in log2 units when ``base2`` (``q_s = q * scale / temperature * log2 e`` when
+    ``plain``, else the capped / modified natural scores times log2 e), else natural; ``exp`` /
+    ``log`` are the matching functions."""
 
     def __init__(self, spec: AttentionSpec, n_bh: int, bias: torch.Tensor | None):
         self.spec = spec
@@ -113,6 +121,7 @@ class _Tiles:
         self.g = spec.kv_groups                 # query heads per K/V head (GQA), 1 otherwise
         self.bias = bias
         self.base2 = _base2(spec)
+        self.plain = _plain(spec)
         self.exp_ = torch.Tensor.exp2_ if self.base2 else torch.Tensor.exp_
         self.exp = torch.exp2 if self.base2 else torch.exp
         self.log = torch.log2 if self.base2 else torch.log
@@ -122,7 +131,7 @@ class _Tiles:
         self.mod_grad = None                    # a score_mod.TileGrad in the backward pass
 
     def q_scaled(self, q: torch.Tensor) -> torch.Tensor:
-        return q * (self.spec.score_scale * (LOG2E if self.base2 else 1.0))
+        return q * (self.spec.score_scale * (LOG2E if self.plain else 1.0))
 
     # Grouped-query attention without repeating K/V: the G query heads of one K/V head are
     # consecutive (h = kv * G + g), so (BH, m, X) is (BKV, G * m, X) and one bmm serves them.
@@ -198,7 +207,7 @@ class _Tiles:
         s = self.qk(q_s[:, i0:i1], k[:, j0:j1],
                     out=self.buffer("s", (self.n_bh, bq, bk), q_s))      # (BH, bq, bk)
         dcap = handle = None
-        if not self.base2:
+        if not self.plain:
             spec.cap(s)                                          # before the mask, as Gemma 2
             dcap = spec.cap_grad(s) if cap_grad else None
             if spec.score_mod is not None:
@@ -209,9 +218,14 @@ class _Tiles:
                     mod, handle = self.mod_grad.forward(s, *idx)
                 else:
                     mod = apply_score_mod(spec.score_mod, s, *idx)
-                s.copy_(mod)
+                if self.bias is None:                # to log2 units in the same pass
+                    torch.mul(mod, LOG2E, out=s)
+                else:
+                    s.copy_(mod)
         if self.bias is not None:
             s += self._flat(tile_of(self.bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
+        elif not self.plain and spec.score_mod is None:          # capped only: to log2
+            s.mul_(LOG2E)
         if shift is not None:
             # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
             s.sub_(shift)
@@ -250,12 +264,12 @@ def _forward(q, k, v, spec: AttentionSpec, bias):
     bound = (bias is None and spec.mask is None and spec.mask_fn is None
              and spec.score_mod is None and (spec.softcap is None or spec.softcap <= 34.0))
     qnorm = kmax = None
-    if tiles.base2:                     # scores are q.k only: |q_i| max_j |k_j| bounds row i
+    if tiles.plain:                     # scores are q.k only: |q_i| max_j |k_j| bounds row i
         qnorm = q_s.norm(dim=-1, keepdim=True)                       # (BH, N_q, 1)
         kmax = k.norm(dim=-1).amax(dim=-1).repeat_interleave(spec.kv_groups).view(
             n_bh, 1, 1)                                               # (BH, 1, 1)
-    elif bound:
-        cap = torch.full((n_bh, 1, 1), spec.softcap, dtype=q.dtype, device=q.device)
+    elif bound:                         # capped scores lie in (-c, c), in log2 units c log2 e
+        cap = torch.full((n_bh, 1, 1), spec.softcap * LOG2E, dtype=q.dtype, device=q.device)
     for i0 in range(0, spec.n_q, block_q):
         i1 = min(i0 + block_q, spec.n_q)
         bound_rows = (qnorm[:, i0:i1] * kmax if qnorm is not None
@@ -264,7 +278,7 @@ def _forward(q, k, v, spec: AttentionSpec, bias):
         # all: exp2 stays in [2^-64, 2^64], and a row's sum is 0 only if it keeps no key. The
         # block then sums P V and P 1 straight into its accumulators and divides once at the
         # end: no max pass, no shift, no merges (unit-scale q and k at D = 64 bound near 15).
-        if tiles.base2 and float(bound_rows.max()) <= 64.0:
+        if bound_rows is not None and tiles.base2 and float(bound_rows.max()) <= 64.0:
             _block_unshifted(tiles, q_s, k, v, i0, i1, block_k, out, m_all, r_all)
             continue
         shift = bound_rows if bound else None
