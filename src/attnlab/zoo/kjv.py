@@ -10,9 +10,10 @@ training, Acts and Revelation (:data:`HELD_OUT`): the census and the claims in
 
 The model is a transformers ``LlamaForCausalLM`` (4 layers, 8 query heads and 2 key/value
 heads of dim 32, RoPE base 10,000), so every transformers tool and attnlab's integration take it
-as they take any Llama. A quarter of the training sequences repeat their first half, so that
-copying from far back pays (the induction circuit of Olsson et al. 2022 forms within the
-training budget); the rest is plain text.
+as they take any Llama. It is trained in two stages (:data:`SCHEDULE`): plain text with a
+quarter of the windows repeating their first half, then half of the windows repeating a span of
+random length at a random place, so that copying from an earlier occurrence pays (the induction
+circuit of Olsson et al. 2022).
 
     >>> from attnlab import zoo
     >>> model, tokenizer = zoo.load("kjv"), zoo.kjv.tokenizer()
@@ -111,15 +112,22 @@ def corpus(split: str = "train") -> str:
 
 
 def batch(data: torch.Tensor, size: int, length: int, *, repeat: float,
-          generator: torch.Generator) -> torch.Tensor:
-    """``(size, length)`` windows of ``data`` at random offsets; a fraction ``repeat`` of them
-    have their second half replaced by their first (so copying from ``length // 2`` back
-    pays)."""
+          generator: torch.Generator, segments: bool = False) -> torch.Tensor:
+    """``(size, length)`` windows of ``data`` at random offsets. A fraction ``repeat`` of them
+    repeat a passage: their second half replaced by their first, or with ``segments`` a span of
+    random length (32 to half the window) copied right after itself at a random place, so that
+    the earlier copy lies at no fixed distance and only matching on content finds it."""
     starts = torch.randint(0, data.numel() - length, (size,), generator=generator)
     ids = torch.stack([data[s:s + length] for s in starts.tolist()])
-    copy = torch.rand(size, generator=generator) < repeat
+    copy = (torch.rand(size, generator=generator) < repeat).nonzero().flatten().tolist()
     half = length // 2
-    ids[copy, half:2 * half] = ids[copy, :half]
+    for r in copy:
+        if not segments:
+            ids[r, half:2 * half] = ids[r, :half]
+            continue
+        span = int(torch.randint(32, half + 1, (1,), generator=generator))
+        at = int(torch.randint(0, length - 2 * span + 1, (1,), generator=generator))
+        ids[r, at + span:at + 2 * span] = ids[r, at:at + span]
     return ids
 
 
@@ -129,18 +137,28 @@ def lm_loss(model, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().transpose(1, 2), ids[:, 1:])
 
 
-#: the curriculum: (steps, batch, length); short windows first, then the full context
+#: the curriculum, two stages of (steps, batch, length): short windows first, then the full
+#: context. Stage 1 repeats the first half of a quarter of the windows; in it the model learnt
+#: English bytes but no copying (the loss on a repeated half stayed the plain loss). Stage 2
+#: continues from it with half of the windows repeating a span of random length at a random
+#: place, so that only matching on content finds the earlier copy (an induction circuit).
 SCHEDULE = ((900, 32, 256), (240, 8, 1024), (50, 2, 4096))
+SCHEDULE_2 = ((500, 16, 512), (100, 8, 1024), (30, 2, 4096))
 
 
-def train(config: KJVConfig = KJVConfig(), *, schedule=SCHEDULE, lr: float = 3e-3,
-          repeat: float = 0.25, seed: int = 0, log=None):
-    """Train from a seed on the training books (AdamW, weight decay 0.01, linear warm-up then
-    cosine decay over the whole schedule), with transformers' ``sdpa`` attention."""
+def train(config: KJVConfig = KJVConfig(), *, log=None):
+    """Both stages from seed 0 (see :data:`SCHEDULE`)."""
+    model = train_stage(build(config), SCHEDULE, lr=3e-3, repeat=0.25, seed=0, log=log)
+    return train_stage(model, SCHEDULE_2, lr=1e-3, repeat=0.5, segments=True, seed=1, log=log)
+
+
+def train_stage(model, schedule, *, lr: float, repeat: float, seed: int,
+                segments: bool = False, log=None):
+    """One stage on the training books (AdamW, weight decay 0.01, linear warm-up then cosine
+    decay over the stage), with transformers' ``sdpa`` attention."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     data = encode(corpus("train"))
-    model = build(config)
     model.set_attn_implementation("sdpa")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
@@ -156,7 +174,8 @@ def train(config: KJVConfig = KJVConfig(), *, schedule=SCHEDULE, lr: float = 3e-
     step = 0
     for steps, size, length in schedule:
         for _ in range(steps):
-            loss = lm_loss(model, batch(data, size, length, repeat=repeat, generator=gen))
+            ids = batch(data, size, length, repeat=repeat, generator=gen, segments=segments)
+            loss = lm_loss(model, ids)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
