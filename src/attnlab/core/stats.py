@@ -268,10 +268,7 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
-            top, idx = s.max(-1)
-            better = top > best[:, i0:i1]
-            best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
-            argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
+            _running_max(s, best, argmax, i0, i1, j0)
             near = j1 > near_lo and j0 <= near_hi
             if not near and ids is None and not extra.wanted:
                 continue
@@ -287,6 +284,16 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
             extra.add(p, i0, i1, j0, j1)
     return {"best": best, "argmax": argmax, "prev_mass": prev, "local_mass": local,
             "match_mass": match, **extra.result()}
+
+
+def _running_max(s, best, argmax, i0: int, i1: int, j0: int) -> torch.Tensor:
+    """Fold tile ``s (BH, bq, bk)`` into the rows' running largest score and its first key;
+    returns the tile's row maxima."""
+    top, idx = s.max(-1)
+    better = top > best[:, i0:i1]
+    best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
+    argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
+    return top
 
 
 class _Extra:
@@ -414,10 +421,7 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
-            top, idx = s.max(-1)
-            better = top > best[:, i0:i1]
-            best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
-            argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
+            top = _running_max(s, best, argmax, i0, i1, j0)
             m_new = torch.maximum(m, top)
             safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
             grow = torch.isfinite(m)
@@ -475,48 +479,23 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
 
 
 def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> dict:
+    """The online path's second pass: ``p = e^(s - m) / l`` tile by tile into :class:`_Extra`."""
     from attnlab.core.backends.tiled import _key_blocks, _sizes
 
-    n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
-    dev, dt = q_s.device, m_all.dtype
-    out = {"received": None, "pooled_mean": None, "pooled_max": None, "row_weights": None}
-    if not columns and pooled is None and rows is None:
-        return out
+    extra = _Extra(q_s.shape[0], spec.n_q, spec.n_k, q_s.device, m_all.dtype, columns, pooled,
+                   rows)
+    if not extra.wanted:
+        return extra.result()
     block_q, block_k = _sizes()
-    received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
-    if pooled is not None:
-        cq, ck = -(-n_q // pooled), -(-n_k // pooled)           # cell sides
-        gq, gk = -(-n_q // cq), -(-n_k // ck)                   # grid sides
-        p_sum = torch.zeros((n_bh, gq * gk), dtype=dt, device=dev)
-        p_max = torch.zeros((n_bh, gq * gk), dtype=dt, device=dev)
-    if rows is not None:
-        row_w = torch.zeros((n_bh, rows.numel(), n_k), dtype=dt, device=dev)
-        rows = rows.to(dev)
-    for i0 in range(0, n_q, block_q):
-        i1 = min(i0 + block_q, n_q)
+    for i0 in range(0, spec.n_q, block_q):
+        i1 = min(i0 + block_q, spec.n_q)
         mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
-        if rows is not None:
-            here = ((rows >= i0) & (rows < i1)).nonzero().flatten()
+        extra.start(i0, i1)
         for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
-            if s is None:
-                continue
-            p = tiles.exp(s - mi) * li                                     # (BH, bq, bk)
-            if received is not None:
-                received[:, j0:j1] += p.sum(1)
-            if pooled is not None:
-                _pool_tile(p, i0, i1, j0, j1, cq, ck, gk, p_sum, p_max)
-            if rows is not None and here.numel():
-                row_w[:, here, j0:j1] = p[:, rows[here] - i0]
-    out["received"] = received
-    if pooled is not None:
-        area = (_cell_sizes(n_q, cq, gq, dev, dt)[:, None]
-                * _cell_sizes(n_k, ck, gk, dev, dt)[None, :]).reshape(-1)
-        out["pooled_mean"] = (p_sum / area).reshape(n_bh, gq, gk)
-        out["pooled_max"] = p_max.reshape(n_bh, gq, gk)
-    if rows is not None:
-        out["row_weights"] = row_w
-    return out
+            if s is not None:
+                extra.add(tiles.exp(s - mi) * li, i0, i1, j0, j1)      # (BH, bq, bk)
+    return extra.result()
 
 
 def _pool_tile(p, i0, i1, j0, j1, cq, ck, gk, p_sum, p_max) -> None:
