@@ -144,3 +144,24 @@ def test_log_codes_keep_weights_within_4_3_percent():
     assert log_codes(torch.zeros(3)) == b"\x00\x00\x00"
     assert render_census(_synthetic(n=20, layers=1, heads=1, grid=4), standalone=True) \
         .startswith("<!doctype html>")
+
+
+def test_two_inline_census_reports_in_one_page_each_answer_their_own_clicks(tmp_path):
+    # as a notebook's output area holds them: fragments (no page), ids unique, scoped
+    a, b = _synthetic(n=4000, layers=2, heads=3, grid=64), _synthetic(n=3000, layers=3,
+                                                                        heads=2, grid=64)
+    page = tmp_path / "nb.html"
+    page.write_text("<!doctype html><html><body>" + a._repr_html_() + b._repr_html_()
+                    + "</body></html>", encoding="utf-8")
+    with open_report(page) as opened:
+        p = opened.page
+        roots = p.locator(".attnlab-census")
+        assert roots.count() == 2
+        for r in range(2):
+            assert float(roots.nth(r).get_attribute("data-painted")) <= 2000
+        roots.nth(1).locator(".cell[data-layer='2'][data-head='1']").click()
+        assert roots.nth(1).locator("[data-el=head-title]").text_content().startswith(
+            "Layer 2, head 1")
+        assert roots.nth(0).locator("[data-el=head-title]").text_content().startswith(
+            "Layer 0, head 0")
+        assert opened.errors == []
