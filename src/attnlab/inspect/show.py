@@ -334,8 +334,9 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
                      "tokens (truncate)")
     from attnlab.inspect.census import rotary
 
-    long_ok = rotary(config) and census is not False and not getattr(
-        config, "is_encoder_decoder", False)             # the census reads RoPE past its table
+    # the census (and only it: it says so in a note) reads rotary positions past their table
+    long_ok = rotary(config) and not getattr(config, "is_encoder_decoder", False) and (
+        census is True or (census is None and ids.numel() > LONG_CONTEXT))
     if limit is not None and ids.numel() > limit and not long_ok:
         raise ValueError(f"the text has {ids.numel()} tokens, more than the {limit} positions "
                          f"of {name}; shorten it or pass truncate=True")

@@ -35,7 +35,6 @@ import torch
 
 from attnlab import __version__
 from attnlab._files import write_text_atomic
-from attnlab.inspect.census import LABELS, Census
 from attnlab.inspect.report import _json_island, asset
 from attnlab.inspect.taxonomy import LABEL_COLORS
 
@@ -81,8 +80,9 @@ def _binned(t: torch.Tensor, size: int, seen: torch.Tensor | None = None) -> tor
     return vals.sum(-1) / cnt.sum(-1).clamp_min(1)
 
 
-def census_data(c: Census, *, row_keys: int = ROW_KEYS) -> dict:
-    """What the page's script draws, as one JSON-able dict (see the module docstring)."""
+def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
+    """What the page's script draws for a :class:`~attnlab.inspect.census.Census`, as one
+    JSON-able dict (see the module docstring)."""
     n, L, H = c.length, c.layers, c.heads
     size = max(1, math.ceil(n / CURVE_POINTS))
     seen = torch.isfinite(c.stats["lse"])
@@ -98,7 +98,7 @@ def census_data(c: Census, *, row_keys: int = ROW_KEYS) -> dict:
     data = {
         "model": c.model, "n": n, "L": L, "H": H, "tokens": c.tokens, "bin": size,
         "layer_names": c.layer_names, "labels": c.labels,
-        "colors": {k: _COLORS.get(k, "#888") for k in LABELS},
+        "colors": {k: _COLORS.get(k, "#888") for row in c.labels for k in row},
         "grid": [[k, t] for k, t in GRID_STATS if k in summary], "summary": summary,
         "curve_titles": [list(x) for x in CURVES], "curves": curves,
         "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
@@ -129,7 +129,7 @@ def census_data(c: Census, *, row_keys: int = ROW_KEYS) -> dict:
     return data
 
 
-def _still_table(c: Census) -> str:
+def _still_table(c) -> str:
     e = html.escape
     head = "".join(f"<th>H{h}</th>" for h in range(c.heads))
     body = "".join(
@@ -142,7 +142,7 @@ def _still_table(c: Census) -> str:
             f"</p><table><tr><th></th>{head}</tr>{body}</table></div>")
 
 
-def render_census(c: Census, *, standalone: bool = False, inline: bool = False,
+def render_census(c, *, standalone: bool = False, inline: bool = False,
                   uid: str | None = None, settings: dict[str, str] | None = None) -> str:
     """The census report as HTML: a whole page (``standalone``) or the fragment a notebook
     shows inline."""
@@ -165,6 +165,6 @@ def render_census(c: Census, *, standalone: bool = False, inline: bool = False,
     return Template(asset("page.html")).substitute(title=e(c.model), report=out)
 
 
-def write_census(c: Census, path: Path, settings: dict[str, str] | None = None) -> Path:
+def write_census(c, path: Path, settings: dict[str, str] | None = None) -> Path:
     """Write the standalone census report to ``path`` (temporary name, then rename)."""
     return write_text_atomic(Path(path), render_census(c, standalone=True, settings=settings))
