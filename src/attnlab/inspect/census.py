@@ -216,7 +216,7 @@ def _input_ids(model, tokenizer, text, input_ids, attention_mask, inputs, is_hf)
         if tokenizer is None or not isinstance(text, str) or not text.strip():
             raise ValueError("census needs input_ids=, inputs= (a torch module's forward "
                              "arguments), or a tokenizer and a non-empty text")
-        batch = tokenizer([text], return_tensors="pt", **_no_special(tokenizer, is_hf))
+        batch = tokenizer([text], return_tensors="pt", **no_special_tokens(tokenizer))
         input_ids = batch["input_ids"]
         attention_mask = batch.get("attention_mask") if attention_mask is None else attention_mask
     if input_ids is None:
@@ -247,7 +247,7 @@ def rotary(config) -> bool:
     return bool(getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None))
 
 
-def _no_special(tokenizer, is_hf) -> dict:
+def no_special_tokens(tokenizer) -> dict:
     """Byte tokenizers (ByT5's) append an end token that a causal LM never saw in training."""
     return {"add_special_tokens": False} if type(tokenizer).__name__.startswith("ByT5") else {}
 

@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 
 from attnlab.inspect.capture import record
-from attnlab.inspect.census import Census
+from attnlab.inspect.census import Census, no_special_tokens, rotary
 from attnlab.inspect.metrics import head_metrics
 from attnlab.inspect.run import Inspection, TextMaps, reading_notes
 from attnlab.inspect.taxonomy import label_heads
@@ -318,8 +318,7 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
         raise ValueError(f"pair= is for sentence-pair encoders (BERT); {name} reads one text, "
                          "and its tokenizer would join the two without a separator: join them "
                          "as you mean them, e.g. show(model, tokenizer, text + '\\n' + pair)")
-    if type(tok).__name__.startswith("ByT5"):           # bytes: no end token the LM never saw
-        kw["add_special_tokens"] = False
+    kw.update(no_special_tokens(tok))
     batch = tok([text], [pair] if pair is not None else None, return_tensors="pt", **kw)
     # sentence ids only for a pair: a tokenizer's zeros are an embedding of their own in models
     # without segments (GPT-2 adds wte[0] to every position)
@@ -332,8 +331,6 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     if ids.numel() < full["input_ids"].shape[1]:
         notes.append(f"the text was cut from {full['input_ids'].shape[1]} to {ids.numel()} "
                      "tokens (truncate)")
-    from attnlab.inspect.census import rotary
-
     # the census (and only it: it says so in a note) reads rotary positions past their table
     long_ok = rotary(config) and not getattr(config, "is_encoder_decoder", False) and (
         census is True or (census is None and ids.numel() > LONG_CONTEXT))
