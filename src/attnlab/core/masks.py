@@ -225,6 +225,7 @@ def segments(q_segments: torch.Tensor, kv_segments: torch.Tensor | None = None) 
         b_k = b if ks.shape[0] > 1 else torch.zeros_like(b)
         return qs[b_q, q_idx] == ks[b_k, kv_idx]
 
+    segment_mask.segments = (q_seg, kv_seg)      # (B or 1, N): read by the packed backend
     return segment_mask
 
 

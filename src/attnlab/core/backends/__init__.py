@@ -5,5 +5,6 @@ from attnlab.core.backends import reference  # noqa: F401, I001  (registration s
 from attnlab.core.backends import sdpa  # noqa: F401
 from attnlab.core.backends import tiled  # noqa: F401
 from attnlab.core.backends import blocksparse  # noqa: F401
+from attnlab.core.backends import packed  # noqa: F401
 from attnlab.core.backends import gpu  # noqa: F401  (Triton kernels; imports triton lazily)
 from attnlab.core.backends import approx  # noqa: F401  (approximate: never chosen by auto)
