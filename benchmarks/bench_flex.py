@@ -38,7 +38,7 @@ def workloads(n: int):
     from attnlab import masks
     from attnlab.nn.position import alibi_slopes
 
-    slopes = alibi_slopes(H)
+    slopes = alibi_slopes(H).float()          # the scores' dtype (float32)
     doc = torch.arange(n) * DOCS // n                        # 4 documents, packed
 
     def causal(b, h, q, k):
