@@ -105,3 +105,15 @@ def test_under_torchrun_a_failing_rank_ends_the_job_within_timeout_plus_10_s(mod
     assert ended - min(starts) < 5 + 10, (ended - min(starts), done.stderr[-2000:])
     if mode == "never":
         assert "RankFailure" in done.stderr and "did not all reach it within 5 s" in done.stderr
+
+
+def test_the_default_start_method_gives_each_rank_a_fresh_interpreter(monkeypatch):
+    """The suite forks its ranks from a preloaded server (tests/conftest.py); spawn()'s own
+    default starts a fresh interpreter per rank, and a failure is still named."""
+    from attnlab.distributed import launch
+
+    monkeypatch.setattr(launch, "START_METHOD", "spawn")
+    start = time.monotonic()
+    with pytest.raises(SpawnError) as info:
+        spawn(W.fault_case, 2, args=("raise",), timeout=60)
+    assert info.value.rank == 1 and time.monotonic() - start < 60

@@ -19,6 +19,11 @@ import torch.multiprocessing as mp
 from attnlab.distributed._comm import DEFAULT_TIMEOUT, RankFailure, post_fault
 
 FAILURE_GRACE = 3.0     # seconds the other ranks get to report after one has failed
+# How spawn() starts its processes: "spawn" (a fresh interpreter each, the safe default) or
+# "forkserver" (forked from a server process, which can import torch once for every rank:
+# ``multiprocessing.get_context("forkserver").set_forkserver_preload([...])``; the test suite
+# does so).
+START_METHOD = "spawn"
 
 
 class SpawnError(RuntimeError):
@@ -75,7 +80,7 @@ def spawn(fn, nprocs: int, *, args: tuple = (), backend: str = "gloo",
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(START_METHOD)
     results = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="attnlab-spawn-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
