@@ -28,7 +28,9 @@ exponential-smoothing model for level and season, a recurrent network for what t
 
 from __future__ import annotations
 
+import copy
 import warnings
+from collections import OrderedDict
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -511,9 +513,30 @@ class ETS(Base):
                 "seasons": self.seasons, "season": self.m}
 
 
+# Fits are deterministic in (name, season, spec, y): choosing a base, backtests, ablations and
+# the paper refit the same base on the same history many times. Kept: the last _FITS_SIZE.
+_FITS: OrderedDict[tuple, Base] = OrderedDict()
+_FITS_SIZE = 512
+
+
 def fit_base(name: str, y: np.ndarray, season: int, spec=None) -> Base:
     """Fit the base ``name`` (one of :data:`BASES` except ``auto``) on ``y``. ``spec``: for
-    ``arima``, the (p, d, q, D) to keep (a refit at another origin)."""
+    ``arima``, the (p, d, q, D) to keep (a refit at another origin). A fit of the same base on
+    the same values is computed once and copied."""
+    y = np.asarray(y, dtype=float)
+    key = (name, int(season), None if spec is None else tuple(spec), y.tobytes())
+    hit = _FITS.get(key)
+    if hit is None:
+        hit = _fit(name, y, season, spec)
+        _FITS[key] = hit
+        if len(_FITS) > _FITS_SIZE:
+            _FITS.popitem(last=False)
+    else:
+        _FITS.move_to_end(key)
+    return copy.deepcopy(hit)
+
+
+def _fit(name: str, y: np.ndarray, season: int, spec) -> Base:
     if name == "seasonal_naive":
         return SeasonalNaive(season)
     if name == "naive":
