@@ -11,9 +11,10 @@ from attnlab.core.spec import build_spec
 
 # Lengths that cross the tiled backend's (4, 3) test tiles, one document of length 1.
 IDS = torch.tensor([0] * 5 + [1] * 1 + [2] * 9 + [3] * 4)
+N = len(IDS)
 
 
-def _qkv(n=len(IDS), hq=4, hkv=4, dtype=torch.float64, seed=0):
+def _qkv(n=N, hq=4, hkv=4, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(2, h, n, d, generator=g, dtype=dtype, requires_grad=True)
             for h, d in ((hq, 8), (hkv, 8), (hkv, 5))]

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections import OrderedDict
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 
 import numpy as np
 
