@@ -109,7 +109,7 @@ def test_exogenous_columns():
 
 @pytest.mark.parametrize("y, words", [
     (np.r_[np.arange(50.0), np.nan, np.arange(50.0)], "position 50"),
-    (np.arange(20.0), "needs at least"),
+    (np.array([3.0]), "needs at least 2"),
     (np.ones((30, 2)), "one series"),
     (["a", "b"], "must be numbers"),
 ])

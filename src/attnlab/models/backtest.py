@@ -8,7 +8,7 @@ MASE, the last scaled by the in-sample seasonal-naive MAE before the first origi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from sklearn.base import clone
@@ -32,6 +32,9 @@ class BacktestResult:
             the ones fitted).
         intervals: the forecaster's conformal intervals at each origin, ``{level: (lower,
             upper)}`` with arrays ``(n_origins, horizon)``; :meth:`coverage` scores them.
+        notes: what changed the comparison, one sentence each (a baseline that could not be
+            fitted at some origin and was left out; a forecaster fitted on too short a
+            history for its network).
     """
 
     metrics: dict[str, dict[str, float]]
@@ -41,6 +44,7 @@ class BacktestResult:
     attention: np.ndarray
     model: object
     intervals: dict | None = None
+    notes: list[str] = field(default_factory=list)
 
     def coverage(self) -> dict[float, float]:
         """The share of actual values inside each level's interval, over origins and steps."""
@@ -59,6 +63,14 @@ class BacktestResult:
 
 
 
+def most_origins(forecaster, n: int, step: int | None = None) -> int:
+    """The most origins ``step`` apart (default: the horizon) a series of ``n`` observations
+    holds with the forecaster's network fitted before the first (0 when none)."""
+    H = forecaster.horizon
+    step = H if step is None else step
+    return max(0, (n - forecaster.min_length - H) // step + 1)
+
+
 def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_origins: int = 10,
                    step: int | None = None,
                    baselines: tuple[str, ...] = ("seasonal_naive", "ets", "ar"),
@@ -75,15 +87,24 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
         raise ValueError(f"n_origins must be an int >= 1, got {n_origins!r}")
     last = len(y) - H
     origins = last - step * np.arange(n_origins)[::-1]
-    if origins[0] < forecaster.min_length:
-        need = forecaster.min_length + H + step * (n_origins - 1)
-        fit = max(0, (len(y) - forecaster.min_length - H) // step + 1)
+    notes = []
+    # a series too short for the network at any origin is backtested as what it forecasts:
+    # the base alone, from a first origin with two seasons (or 4 observations) before it
+    short = last < forecaster.min_length
+    first_need = max(2 * m, 4) if short else forecaster.min_length
+    if short and origins[0] >= first_need:
+        notes.append(f"the series ({len(y)} observations) is too short for the network at any "
+                     f"origin (it needs {forecaster.min_length} before the first): the "
+                     "forecaster is its base alone")
+    if origins[0] < first_need:
+        need = first_need + H + step * (n_origins - 1)
+        fit = max(0, (len(y) - first_need - H) // step + 1)
         # min_length = history + H + 10 and the origins take H + step (k - 1) more
         history = forecaster.min_length - H - 10
         h_max = (len(y) - history - 10 - step * (n_origins - 1)) // 2 if step != H else \
             (len(y) - history - 10) // (n_origins + 1)
         if fit >= 1:
-            fix = f"use at most {fit} origins"
+            fix = f"use at most {fit} origins (n_origins; --origins on the command line)"
         elif h_max >= 1:
             fix = f"use a horizon of at most {h_max} steps, or fewer origins"
         else:
@@ -91,7 +112,7 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
                    "longer series or a shorter lookback")
         raise ValueError(f"y has {len(y)} observations but {n_origins} origins {step} apart "
                          f"with horizon {H} need {need} (the first origin needs "
-                         f"{forecaster.min_length} for training); {fix}")
+                         f"{first_need} for training); {fix}")
     unknown = set(baselines) - set(BASELINES)
     if unknown:
         raise ValueError(f"baselines must be among {', '.join(BASELINES)}; got "
@@ -104,6 +125,7 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
     names = ["attention"] + list(baselines)
     fc = {name: [] for name in names}
     weights = []
+    failed: dict[str, tuple[int, str]] = {}
     bands: dict[float, tuple[list, list]] = {}
     for t in origins:
         xt = None if X is None else X[:t]
@@ -121,13 +143,23 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
         weights.append(model.attention_)
         made = {}
         for name in baselines:
+            if name in failed:
+                continue
             if name == "combination" and all(c in made for c in COMBINED):
                 made[name] = np.median(np.stack([made[c] for c in COMBINED]), axis=0)
             else:                           # the median of the components already run
-                made[name] = BASELINES[name](y[:t], H, m)
+                try:
+                    made[name] = BASELINES[name](y[:t], H, m)
+                except (ValueError, np.linalg.LinAlgError) as err:
+                    failed[name] = (int(t), str(err))
+                    continue
             fc[name].append(made[name])
+    for name, (t, err) in failed.items():       # a baseline is compared at every origin or none
+        fc.pop(name)
+        notes.append(f"the {name} baseline could not be fitted on the history before origin "
+                     f"{t} ({err}); it is left out of the comparison")
     forecasts = {k: np.stack(v) for k, v in fc.items()}
     metrics = {k: forecast_errors(actual, v, scale) for k, v in forecasts.items()}
     intervals = {q: (np.stack(lo), np.stack(hi)) for q, (lo, hi) in bands.items()} or None
     return BacktestResult(metrics, origins, actual, forecasts, np.stack(weights), first,
-                          intervals)
+                          intervals, notes)

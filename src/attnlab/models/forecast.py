@@ -53,6 +53,9 @@ from attnlab.models.training import (
 )
 
 ENCODERS = ("gru", "lstm", "transformer")
+MIN_OBSERVATIONS = 2
+# bases with fitted parameters and states, refitted on a history given to predict
+REFITTED = ("ets", "ar", "arima", "theta", "combination")
 
 
 def _as_series(y, name: str = "y") -> np.ndarray:
@@ -72,6 +75,52 @@ def _as_series(y, name: str = "y") -> np.ndarray:
                          f"position {bad[0]}; fill them (e.g. pandas .interpolate()) or drop "
                          "them first")
     return arr
+
+
+def _calendar(y) -> dict | None:
+    """``{"start", "freq"}`` of a pandas series on a regular date index (the first date and the
+    step), else None: what places a later history in the fitted series' season."""
+    import pandas as pd
+
+    index = getattr(y, "index", None)
+    if not isinstance(index, pd.DatetimeIndex) or len(index) < 3:
+        return None
+    freq = index.freqstr
+    if freq is None:
+        import warnings
+
+        with warnings.catch_warnings():      # pandas 3 warns that infer_freq returns an offset
+            warnings.simplefilter("ignore")
+            freq = pd.infer_freq(index)
+    return None if freq is None else {"start": index[0].isoformat(), "freq": str(freq)}
+
+
+def _steps_between(calendar: dict, date) -> int:
+    """Whole steps of ``calendar["freq"]`` from ``calendar["start"]`` to ``date`` (negative
+    before it); a date off the calendar's grid is refused."""
+    import pandas as pd
+
+    a, b = pd.Timestamp(calendar["start"]), pd.Timestamp(date)
+    lo, hi = min(a, b), max(a, b)
+    grid = pd.date_range(lo, hi, freq=calendar["freq"])
+    if len(grid) == 0 or grid[-1] != hi or grid[0] != lo:
+        raise ValueError(f"y starts on {b:%Y-%m-%d %H:%M}, which is not a step of the fitted "
+                         f"series' calendar (every {calendar['freq']} from "
+                         f"{a:%Y-%m-%d %H:%M}); give a history on the same calendar")
+    n = len(grid) - 1
+    return n if b >= a else -n
+
+
+def _conformal(err: np.ndarray, horizon: int, levels) -> dict[str, list[float]]:
+    """Split conformal half-widths from absolute errors ``(n, horizon)``: for level q the
+    ceil((n + 1) q)-th smallest per step, infinite when n is too small for it."""
+    n = len(err)
+    srt = np.sort(err, axis=0)
+    out = {}
+    for q in levels:
+        k = int(np.ceil((n + 1) * q - 1e-9))
+        out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(horizon, np.inf)).tolist()
+    return out
 
 
 def _plain(value):
@@ -263,6 +312,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
     def _history(self) -> int:
         """Observations one forecast needs: the window, one season, and the base's lags."""
         own = getattr(self, "base_", None)
+        if getattr(self, "base_only_", False):
+            return own.history
         return max(self.effective_lookback, self.effective_season,
                    own.history if own is not None else 1)
 
@@ -275,6 +326,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         known-future ones (calendar, planned promotions, set prices) with the H steps being
         forecast, so :meth:`predict` then needs their values for those steps."""
         self._check_params()
+        self.calendar_ = _calendar(y)
         y = _as_series(y)
         X = _as_exog(X, len(y))
         Xf = _as_exog(X_future, len(y), "X_future")
@@ -283,27 +335,32 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             self.xf_mean_ = Xf.mean(axis=0)
             self.xf_std_ = np.where(Xf.std(axis=0) > 0, Xf.std(axis=0), 1.0)
         L, H = self.effective_lookback, self.horizon
-        if len(y) < self.min_length:
-            raise ValueError(f"y has {len(y)} observations; lookback {L} + horizon {H} needs at "
-                             f"least {self.min_length} (10 training windows); shorten "
-                             "lookback or horizon, or give a longer series")
+        if len(y) < MIN_OBSERVATIONS:
+            raise ValueError(f"y has {len(y)} observation(s); a forecast needs at least "
+                             f"{MIN_OBSERVATIONS} (the drift base's first and last value)")
+        self.notes_ = []
+        self.base_only_ = False
+        need = self.min_length
+        self.base_only_ = len(y) < need
+        if self.base_only_:
+            self.notes_.append(
+                f"y has {len(y)} observations, fewer than the {need} the network "
+                f"needs (lookback {L} + horizon {H} + 10 training windows): the forecast is "
+                "the base's alone")
         config = TrainConfig.of(self)
         device = resolve_device(self.device)
-        m = self.effective_season
-        self.base_scores_ = {}
-        name = self.base
-        if name == "auto":
-            name, self.base_scores_ = choose_base(y, m, H)
-        self.base_name_ = name
-        self.base_ = fit_base(name, y, m)
-        ends = np.arange(self._history, len(y) - H + 1)                     # first target index
+        self._fit_base(y)
         self.mean_, self.std_ = float(y.mean()), float(y.std()) or 1.0
-        deltas = y[ends[:, None] + np.arange(H)] - self._reference(y, ends)
-        self.dscale_ = float(deltas.std()) or 1.0
         if X is not None:
             self.x_mean_ = X.mean(axis=0)
             self.x_std_ = np.where(X.std(axis=0) > 0, X.std(axis=0), 1.0)
         self.n_exog_ = 0 if X is None else X.shape[1]
+        self.device_ = device
+        if self.base_only_:
+            return self._fit_base_only(y, X)
+        ends = np.arange(self._history, len(y) - H + 1)                     # first target index
+        deltas = y[ends[:, None] + np.arange(H)] - self._reference(y, ends)
+        self.dscale_ = float(deltas.std()) or 1.0
         inputs = torch.tensor(self._features(y, X, ends), dtype=torch.float32, device=device)
         targets = torch.tensor(self._targets(y, ends), dtype=torch.float32, device=device)
         extra = [] if Xf is None else [torch.tensor(self._future(Xf, ends), dtype=torch.float32,
@@ -333,6 +390,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self.shrink_ = self._shrink_to_validation(val_data)
         self.network_in_use_ = self.shrink_ > 0
         self.interval_widths_ = self._conformal_widths(val_data)
+        self.n_calibration_ = 0 if val_data is None else int(len(val_data[-1]))
         self.n_features_ = int(inputs.shape[-1])
         self.y_tail_ = y[-self._history:].copy()
         self.base_state_ = self.base_.state_before(y, len(y) - len(self.y_tail_))
@@ -340,6 +398,56 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self.n_obs_ = len(y)
         self.attention_ = None
         self.device_ = device
+        return self
+
+    def _fit_base(self, y: np.ndarray) -> None:
+        """``base_``: the named base, or auto's choice; a base that cannot be fitted on ``y``
+        is dropped for the next candidate (auto's next best, or auto's choice among the
+        rest), with a note in ``notes_``."""
+        m, H = self.effective_season, self.horizon
+        self.base_scores_ = {}
+        if self.base == "auto":
+            name, self.base_scores_ = choose_base(y, m, H)
+            order = sorted(self.base_scores_, key=self.base_scores_.get) or [name]
+            order = [name] + [c for c in order if c != name]
+        else:
+            order = [self.base]
+        order += [c for c in ("ets", "theta", "drift", "naive") if c not in order]
+        for name in order:
+            try:
+                self.base_ = fit_base(name, y, m)
+            except (ValueError, np.linalg.LinAlgError) as err:
+                self.notes_.append(f"the {name} base could not be fitted on this series "
+                                   f"({err}); dropped from the candidates")
+                continue
+            if self.base_.history <= len(y):
+                break
+            self.notes_.append(f"the {name} base needs {self.base_.history} observations, y "
+                               f"has {len(y)}; dropped from the candidates")
+        self.base_name_ = self.base_.name
+
+    def _fit_base_only(self, y: np.ndarray, X) -> "AttentionForecaster":
+        """A series too short for the network: the base forecasts alone (``network_in_use_``
+        False), and its intervals come from the base's own errors over the series' windows
+        (in-sample: its parameters were fitted on them, so they run narrow)."""
+        H = self.horizon
+        self.dscale_ = 1.0
+        self.n_features_ = 2 + self.n_exog_ + (2 if self.effective_season > 1 else 0)
+        with seeded(self.seed, self.device_):
+            self.net_ = self._build(self.n_features_).to(self.device_)
+        self.history_ = TrainHistory()
+        self.shrink_ = 0.0
+        self.network_in_use_ = False
+        ends = np.arange(max(1, self.base_.history), len(y) - H + 1)
+        err = (np.abs(y[ends[:, None] + np.arange(H)] - self._reference(y, ends))
+               if len(ends) else np.zeros((0, H)))
+        self.interval_widths_ = _conformal(err, H, self.LEVELS)
+        self.n_calibration_ = int(len(err))
+        self.y_tail_ = y[-self._history:].copy()
+        self.base_state_ = self.base_.state_before(y, len(y) - len(self.y_tail_))
+        self.x_tail_ = None if X is None else X[-self._history:].copy()
+        self.n_obs_ = len(y)
+        self.attention_ = None
         return self
 
     @torch.no_grad()
@@ -373,13 +481,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self.net_.eval()
         err = ((self.net_(*val_data[:-1])[0] - val_data[-1]).abs().double().cpu().numpy()
                * self.dscale_)                                               # (n, H)
-        n = len(err)
-        srt = np.sort(err, axis=0)
-        out = {}
-        for q in self.LEVELS:
-            k = int(np.ceil((n + 1) * q))
-            out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(self.horizon, np.inf)).tolist()
-        return out
+        return _conformal(err, self.horizon, self.LEVELS)
 
     def interval_bounds(self, forecast) -> dict[float, tuple[np.ndarray, np.ndarray]]:
         """``{level: (lower, upper)}`` around a forecast this model made: the split-conformal
@@ -396,8 +498,31 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             out[float(key)] = (forecast - width, forecast + width)
         return out
 
+    def interval_notes(self, steps: int | None = None) -> list[str]:
+        """One sentence per level whose interval is unbounded over the first ``steps``
+        forecast steps (default: the fitted horizon), saying why: too few held-out windows to
+        calibrate that level, or steps beyond the fitted horizon."""
+        self._check_fitted()
+        steps = self.horizon if steps is None else steps
+        n = getattr(self, "n_calibration_", None)
+        notes = []
+        for key, known in self.interval_widths_.items():
+            q = float(key)
+            if not np.isfinite(np.asarray(known)).any():
+                need = int(np.ceil(q / (1 - q) - 1e-9))
+                held = f"{n} held-out window(s)" if n is not None else "too few held-out windows"
+                notes.append(f"the {q:.0%} interval is unbounded (-inf, inf): split conformal "
+                             f"calibration had {held}, and a {q:.0%} bound needs at least "
+                             f"{need}; fit on a longer series, a shorter horizon or a larger "
+                             "val_fraction")
+        if steps > self.horizon:
+            notes.append(f"steps {self.horizon + 1}-{steps} are beyond the fitted horizon: "
+                         "their intervals are unbounded (-inf, inf), no held-out errors "
+                         "calibrate them")
+        return notes
+
     def predict_interval(self, horizon: int | None = None, y=None, X=None,
-                         level: float = 0.95, X_future=None
+                         level: float = 0.95, X_future=None, *, start=None
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(forecast, lower, upper)``: :meth:`predict` and its split-conformal interval at
         ``level`` (0.8 or 0.95); see :meth:`interval_bounds`."""
@@ -405,7 +530,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if f"{level:g}" not in self.interval_widths_:
             raise ValueError(f"level must be one of {', '.join(self.interval_widths_)}, got "
                              f"{level!r}")
-        pred = self.predict(horizon, y, X, X_future)
+        pred = self.predict(horizon, y, X, X_future, start=start)
         return (pred, *self.interval_bounds(pred)[float(f"{level:g}")])
 
     def _check_fitted(self):
@@ -418,20 +543,52 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         """One direct forecast of ``horizon`` steps after the end of ``y`` (whose first value
         sits at position ``offset`` of the fitted series; ``state``: the base's state just
         before it), and the attention over the window."""
+        ref = self._reference(y, np.array([len(y)]), state, base)[0]
+        if getattr(self, "base_only_", False):
+            return ref, np.full(self.effective_lookback, np.nan)
         self.net_.eval()
         feats = self._features(y, X, np.array([len(y)]), offset)
         x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
         extra = [] if future is None else [torch.tensor(
             self._future(future, np.array([0])), dtype=torch.float32, device=self.device_)]
         out, w = self.net_(x, *extra)
-        ref = self._reference(y, np.array([len(y)]), state, base)[0]
         pred = ref + out[0].double().cpu().numpy() * self.dscale_
         return pred, w[0].double().cpu().numpy()
 
-    def predict(self, horizon: int | None = None, y=None, X=None, X_future=None) -> np.ndarray:
+    def start_of(self, y, start=None) -> int:
+        """Where the history ``y`` starts, in steps after the fitted series' first observation
+        (its place in the season): ``start`` if given (steps, or a date when the model was
+        fitted on a dated series), else from ``y``'s date index when both are dated, else 0 (a
+        history that starts where the fitted one started)."""
+        cal = getattr(self, "calendar_", None)
+        if start is None:
+            import pandas as pd
+
+            index = getattr(y, "index", None)
+            if cal is None or not isinstance(index, pd.DatetimeIndex) or not len(index):
+                return 0
+            start = index[0]
+        if isinstance(start, (int, np.integer)) and not isinstance(start, bool):
+            return int(start)
+        if cal is None:
+            raise ValueError(f"start={start!r} is a date, but the model was fitted on a series "
+                             "without a regular date index; give start as a number of steps "
+                             "after the fitted series' first observation")
+        try:
+            return _steps_between(cal, start)
+        except (TypeError, ValueError) as err:
+            if "calendar" in str(err):
+                raise
+            raise ValueError(f"start must be a number of steps or a date, got {start!r}"
+                             ) from None
+
+    def predict(self, horizon: int | None = None, y=None, X=None, X_future=None, *,
+                start=None) -> np.ndarray:
         """Forecast ``horizon`` steps (default: the fitted horizon) after the fitted series,
-        or after ``y`` if given (a series that starts where the fitted one started, e.g. the
-        fitted one extended by new observations; with exogenous columns, ``X`` for it too).
+        or after the history ``y`` if given (with exogenous columns, ``X`` for it too). A
+        history is placed in the season by its dates (a pandas series on a date index, when
+        the model was fitted on one), by ``start`` (see :meth:`start_of`), or else taken to
+        start where the fitted series started; the base is refitted on it.
 
         A horizon beyond the fitted one is forecast recursively (the forecasts are fed back);
         that needs a model without exogenous columns. ``attention_`` holds the weights over
@@ -446,22 +603,30 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if y is None:
             if X is not None:
                 raise ValueError("X given without y: pass the history y it belongs to")
+            if start is not None:
+                raise ValueError("start places a history y in the season; pass y with it")
             hist, xh, offset = self.y_tail_, self.x_tail_, self.n_obs_ - len(self.y_tail_)
             state, base = self.base_state_, None
         else:
+            offset = self.start_of(y, start)
             hist = _as_series(y)
             xh = _as_exog(X, len(hist))
-            offset, state, base = 0, None, None
-            if len(hist) > self.n_obs_ and self.base_.name in ("ets", "ar", "arima", "theta",
-                                                               "combination"):
-                # a longer history than fitted (a later forecast origin): the base is refitted
-                # on it, as a statistical model would be; the network's correction is kept
-                spec = self.base_.spec if self.base_.name == "arima" else None
-                base = fit_base(self.base_.name, hist, self.effective_season, spec)
+            state, base = None, None
             if len(hist) < self._history:
                 raise ValueError(f"y has {len(hist)} observations; a forecast reads the last "
                                  f"{self._history} (lookback, and one season for the "
                                  "reference), give at least that many")
+            if self.base_.name in REFITTED:
+                # the base is refitted on the history, as a statistical model would be (its
+                # level, trend and season phase are the history's); the network's correction
+                # is kept
+                spec = self.base_.spec if self.base_.name == "arima" else None
+                try:
+                    base = fit_base(self.base_.name, hist, self.effective_season, spec)
+                except (ValueError, np.linalg.LinAlgError) as err:
+                    raise ValueError(f"the {self.base_.name} base could not be refitted on "
+                                     f"this history of {len(hist)} observations ({err}); "
+                                     "give a longer history") from None
         if (xh is None) != (self.n_exog_ == 0) or (xh is not None and xh.shape[1] != self.n_exog_):
             raise ValueError(f"the model was fitted with {self.n_exog_} exogenous column(s); "
                              f"X must have as many, got "
@@ -641,6 +806,10 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         state["base_state"] = _plain(self.base_state_)
         state["interval_widths"] = self.interval_widths_
         state["n_future"] = int(getattr(self, "n_future_", 0))
+        state["calendar"] = getattr(self, "calendar_", None)
+        state["n_calibration"] = getattr(self, "n_calibration_", None)
+        state["base_only"] = bool(getattr(self, "base_only_", False))
+        state["notes"] = list(getattr(self, "notes_", []))
         return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
 
     @classmethod
@@ -662,6 +831,10 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
                 f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
             self.y_tail_ = tensors["y_tail"].numpy()
             self.n_future_ = int(state.get("n_future", 0))
+            self.calendar_ = state.get("calendar")
+            self.n_calibration_ = state.get("n_calibration")
+            self.base_only_ = bool(state.get("base_only", False))
+            self.notes_ = list(state.get("notes", []))
             if self.n_future_:
                 self.xf_mean_ = tensors["xf_mean"].numpy()
                 self.xf_std_ = tensors["xf_std"].numpy()

@@ -38,12 +38,15 @@ def draw_backtest(y, bt, ax, name: str):
     ax.plot(x[start:], yv[start:], color="black", linewidth=1.2, label="observed")
     for q in sorted(getattr(bt, "intervals", None) or {}, reverse=True):
         lo, hi = bt.intervals[q]
+        unbounded = not (np.isfinite(lo) & np.isfinite(hi)).any()
         for k, t in enumerate(bt.origins):
             ok = np.isfinite(lo[k]) & np.isfinite(hi[k])
             ax.fill_between(np.asarray(x[t:t + H])[ok], lo[k][ok], hi[k][ok],
                             color=COLORS.get("attention", "#d62728"),
                             alpha=0.10 if q > 0.9 else 0.2, linewidth=0,
-                            label=f"{q:.0%} conformal interval" if k == 0 else None)
+                            label=(f"{q:.0%} conformal interval" + (
+                                " (unbounded: too few held-out windows)" if unbounded else ""))
+                            if k == 0 else None)
     others = sorted((k for k in bt.forecasts if k != "attention"),
                     key=lambda k: bt.metrics[k]["MASE"])[:2]      # the two best, legibly
     for name_m in [k for k in bt.forecasts if k == "attention" or k in others]:
@@ -122,9 +125,13 @@ def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=Non
         for level in sorted(intervals, reverse=True):
             lo, hi = (np.asarray(v, dtype=float) for v in intervals[level])
             ok = np.isfinite(lo) & np.isfinite(hi)
+            label = f"{level:.0%} conformal interval"
+            if not ok.all():          # said, not drawn: a band cannot show an unbounded one
+                label += (" (unbounded: too few held-out windows)" if not ok.any()
+                          else f" (unbounded after step {int(ok.sum())})")
             ax.fill_between(np.asarray(fut_x)[ok] if not dated else fut_x[ok], lo[ok], hi[ok],
                             color="#d62728", alpha=0.12 if level > 0.9 else 0.22,
-                            label=f"{level:.0%} conformal interval")
+                            label=label)
     elif bt is not None and "attention" in bt.forecasts and len(bt.origins) >= 2:
         err = np.asarray(bt.actual, dtype=float) - np.asarray(bt.forecasts["attention"])
         steps = min(H, err.shape[1])
