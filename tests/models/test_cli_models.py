@@ -231,4 +231,5 @@ def test_a_too_short_series_never_suggests_a_horizon_of_0(capsys, tmp_path):
     assert main(["fit", "forecast", "--csv", str(tmp_path / "s.csv"), "--target", "y",
                  "--season", "12", "--origins", "2", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "at most 0" not in err and "too short for this lookback" in err
+    # too short for the network at any origin: the base is backtested, at one origin
+    assert "at most 0" not in err and "use at most 1 origins" in err

@@ -23,6 +23,10 @@ def fit_forecast_cmd(
     target: Optional[str] = typer.Option(None, help="Column of --csv to forecast."),
     time: Optional[str] = typer.Option(None, help="Date column of --csv (rows are sorted by it)."),
     exog: Optional[str] = typer.Option(None, help="Comma-separated past-covariate columns."),
+    future: Optional[str] = typer.Option(None, help="Comma-separated known-future covariate "
+                                         "columns (holidays, promotions, prices set ahead); "
+                                         "the rows after the last value of --target, left "
+                                         "empty there, hold their values for the forecast."),
     example: Optional[str] = typer.Option(None, help="Bundled series instead of --csv: co2, "
                                           "sunspots, elnino or unemployment."),
     horizon: Optional[int] = typer.Option(None, min=1, help="Steps to forecast (example "
@@ -37,7 +41,8 @@ def fit_forecast_cmd(
                              "(best of seasonal_naive, ets, ar on the training tail), "
                              "seasonal_naive, naive, ets, ar, or none."),
     pool: str = typer.Option("attention", help="attention, or mean (the ablation)."),
-    origins: Optional[int] = typer.Option(None, min=1, help="Rolling-origin backtest origins."),
+    origins: Optional[int] = typer.Option(None, min=1, help="Rolling-origin backtest origins "
+                                          "(default 10, or as many as the series holds)."),
     refit: bool = typer.Option(False, "--refit", help="Refit the model at every backtest "
                                "origin (as ETS and AR are); origins times slower."),
     max_epochs: int = typer.Option(300, help="Most training epochs (early stopping decides)."),
@@ -49,9 +54,13 @@ def fit_forecast_cmd(
     from attnlab.cli import jobs, readers
     from attnlab.models import datasets
 
+    F = F_ahead = None
     if example is not None:
         if csv is not None:
             raise UsageError("give either --csv or --example, not both")
+        if future is not None or exog is not None:
+            raise UsageError("--exog and --future name columns of --csv; a bundled example has "
+                             "none")
         ex = datasets.load_series(example)
         y, X, name = ex.y, None, example
         horizon = horizon or ex.horizon
@@ -62,7 +71,8 @@ def fit_forecast_cmd(
             raise UsageError("give --csv F --target COL (or --example co2|sunspots|elnino|"
                              "unemployment)")
         cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
-        y, X = readers.series_from_csv(csv, target, time, cols)
+        fcols = [c.strip() for c in future.split(",") if c.strip()] if future else None
+        y, X, F, F_ahead = readers.series_with_future(csv, target, time, cols, fcols)
         name = target
         if season is None:
             season = readers.season_of(y.index)
@@ -70,13 +80,13 @@ def fit_forecast_cmd(
                 console.print(f"--season {season} inferred from the dates of --time "
                               f"{time!r}; pass --season to change it")
         horizon = horizon or (season or 12)
-        origins = origins or 10
     with working("fitting (backtest, then the final model)"):
-        m = jobs.fit_forecast(y, out, X=X, horizon=horizon, season=season,
+        m = jobs.fit_forecast(y, out, X=X, X_future=F, future_ahead=F_ahead,
+                              horizon=horizon, season=season,
                               n_origins=origins, name=name, say=say, refit=refit,
                               encoder=encoder, base=base, pool=pool,
                               lookback=lookback, max_epochs=max_epochs, seed=seed)
-    table = Table(title=f"{name}: backtest over {origins} origins, horizon {horizon}",
+    table = Table(title=f"{name}: backtest over {m['n_origins']} origins, horizon {horizon}",
                   title_justify="left")
     for col in ("method", "MAE", "RMSE", "MAPE %", "MASE"):
         table.add_column(col, justify="left" if col == "method" else "right")
@@ -94,6 +104,8 @@ def fit_tabular_cmd(
     example: Optional[str] = typer.Option(None, help="Bundled table instead of --csv: diabetes, "
                                           "breast_cancer or wine."),
     task: str = typer.Option("auto", help="auto, classification or regression."),
+    drop: Optional[str] = typer.Option(None, help="Comma-separated columns of --csv to leave "
+                                       "out (identifiers, leaks)."),
     folds: int = typer.Option(5, min=2, help="Cross-validation folds."),
     max_epochs: int = typer.Option(200, help="Most training epochs (early stopping decides)."),
     seed: int = typer.Option(0, help="Random seed."),
@@ -107,6 +119,8 @@ def fit_tabular_cmd(
     if example is not None:
         if csv is not None:
             raise UsageError("give either --csv or --example, not both")
+        if drop is not None:
+            raise UsageError("--drop names columns of --csv; give --csv")
         X, y, ex_task = datasets.load_table(example)
         task = ex_task if task == "auto" else task
         name = example
@@ -114,7 +128,8 @@ def fit_tabular_cmd(
         if csv is None or target is None:
             raise UsageError("give --csv F --target COL (or --example diabetes|"
                              "breast_cancer|wine)")
-        X, y = readers.table_from_csv(csv, target, task, folds)
+        dcols = [c.strip() for c in drop.split(",") if c.strip()] if drop else None
+        X, y = readers.table_from_csv(csv, target, task, folds, dcols)
         name = target
     with working("cross-validating, then fitting the final model"):
         m = jobs.fit_tabular(X, y, out, task=task, folds=folds, name=name, say=say,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlab._files import atomic_path, write_text_atomic
-from attnlab.cli.readers import read_csv, series_from_csv
+from attnlab.cli.readers import read_csv, series_with_future
 
 Say = Callable[[str], None]
 
@@ -183,11 +183,40 @@ def _graph_paper(d: Path, clf, m: dict) -> None:
 
 # ---- forecasting ----------------------------------------------------------------------------
 
-def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int | None = None,
-                 n_origins: int = 10, name: str = "series", say: Say = _quiet,
-                 refit: bool = False, **params) -> dict:
-    """Backtest (``refit``: a model fitted at every origin), fit on the whole series,
-    forecast ahead; write everything under ``out``."""
+DEFAULT_ORIGINS = 10
+
+
+def default_origins(model, n: int, say: Say = _quiet) -> int:
+    """The backtest's origins when none are asked for: 10, or as many as a series of ``n``
+    observations holds (said), with the network fitted before the first where it can be."""
+    from attnlab.models.backtest import most_origins
+
+    H = model.horizon
+    k = most_origins(model, n)
+    if k == 0:                      # too short for the network: the base is backtested
+        k = max(0, (n - max(2 * model.effective_season, 4) - H) // H + 1)
+    if k == 0:
+        before = max(2 * model.effective_season, 4)
+        fix = (f"use --horizon {n - before} or less" if n - before >= 1 else
+               "give a longer series")
+        raise ValueError(f"the series has {n} observations; one backtest origin with horizon "
+                         f"{H} needs {before + H} (two seasons or 4 observations before it); "
+                         f"{fix}")
+    if k < DEFAULT_ORIGINS:
+        say(f"backtest over {k} origin(s), not the default {DEFAULT_ORIGINS}: the most "
+            f"{n} observations hold with horizon {H} and the model trained before the first; "
+            "--origins chooses")
+    return min(k, DEFAULT_ORIGINS)
+
+
+def fit_forecast(y, out: str | Path, *, X=None, X_future=None, future_ahead=None,
+                 horizon: int = 12, season: int | None = None, n_origins: int | None = None,
+                 name: str = "series", say: Say = _quiet, refit: bool = False,
+                 **params) -> dict:
+    """Backtest (``refit``: a model fitted at every origin; ``n_origins``: default 10, or as
+    many as the series holds), fit on the whole series, forecast ahead; write everything
+    under ``out``. Known-future covariates: ``X_future`` over the observed rows and
+    ``future_ahead`` over the next ``horizon`` steps (at least that many rows)."""
     import pandas as pd
 
     from attnlab.models.forecast import AttentionForecaster
@@ -200,22 +229,44 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
 
     out = Path(out)
     check_out(out)
+    ahead = None
+    if X_future is not None:
+        n_ahead = 0 if future_ahead is None else len(future_ahead)
+        if n_ahead < horizon:
+            raise ValueError(f"--future needs the known-future values of the {horizon} steps to "
+                             f"forecast; the CSV has {n_ahead} row(s) after the last value of "
+                             f"the target: add {horizon - n_ahead} more, with the target empty")
+        if n_ahead > horizon:
+            say(f"{n_ahead} rows after the last observation, {horizon} forecast: the first "
+                f"{horizon} are used")
+        X_future = np.asarray(X_future, dtype=float)
+        ahead = np.asarray(future_ahead, dtype=float)[:horizon]
     model = AttentionForecaster(horizon=horizon, season=season, **params)
+    if n_origins is None:
+        n_origins = default_origins(model, len(y), say)
     say(f"backtest: {n_origins} origins, horizon {horizon}, encoder {model.encoder}"
         + (", refitted at every origin" if refit else ""))
-    bt = model.backtest(y, X, n_origins=n_origins, refit=refit, baselines=CLI_BASELINES)
+    bt = model.backtest(y, X, n_origins=n_origins, refit=refit, baselines=CLI_BASELINES,
+                        X_future=X_future)
+    for note in bt.notes:
+        say(note)
     evaluated = bt.model.base_name_
     if model.base == "auto":                 # the saved model is the evaluated configuration
         model.set_params(base=evaluated)
         say(f"base: {evaluated} (auto's choice before the first origin; the saved model and "
             "its forecast use it too)")
     say("fitting the final model on the whole series")
-    model.fit(y, X)
+    model.fit(y, X, X_future=X_future)
+    for note in model.notes_:
+        say(note)
     if not model.network_in_use_:
         say(f"the network's correction is off (w = 0 on the validation windows): the forecast "
             f"is the {model.base_name_} base alone")
-    future = model.predict()                  # once; both intervals are widths around it
+    future = model.predict(X_future=ahead)    # once; both intervals are widths around it
     bounds = model.interval_bounds(future)
+    interval_notes = model.interval_notes()
+    for note in interval_notes:
+        say(note)
     (lo80, hi80), (lo95, hi95) = bounds[0.8], bounds[0.95]
     first_w = model.attention_
     index = getattr(y, "index", None)
@@ -229,6 +280,8 @@ def fit_forecast(y, out: str | Path, *, X=None, horizon: int = 12, season: int |
                "network_weight_w": model.shrink_, "network_in_use": bool(model.network_in_use_),
                "backtest": bt.metrics, "epochs_final": model.history_.epochs,
                "best_epoch_final": model.history_.best_epoch,
+               "interval_notes": interval_notes,
+               "notes": [*bt.notes, *model.notes_],
                "forecast": {"step": list(range(1, horizon + 1)), "value": future.tolist(),
                             "time": dates}}
     with result_folder(out) as d:
@@ -301,11 +354,17 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     scoring = "accuracy" if task == "classification" else "r2"
     cv = (StratifiedKFold if task == "classification" else KFold)(folds, shuffle=True,
                                                                    random_state=seed)
-    models = {"attention (FT-Transformer)": est, **tabular_baselines(X, task, seed)}
+    # the fast baselines first: a table they cannot take fails in seconds, not after the network
+    models = {**tabular_baselines(X, task, seed), "attention (FT-Transformer)": est}
     scores = {}
     for label, m in models.items():
         say(f"{folds}-fold cross-validation: {label}")
-        s = cross_val_score(m, X, y, cv=cv, scoring=scoring)
+        try:
+            s = cross_val_score(m, X, y, cv=cv, scoring=scoring, error_score="raise")
+        except (ValueError, TypeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"the {label} model failed on this table in cross-validation "
+                             f"({first}); --drop the column it names, or clean it") from None
         scores[label] = {"mean": float(s.mean()), "std": float(s.std()), "folds": s.tolist()}
     say("fitting the final model on all rows")
     est.fit(X, y)
@@ -377,8 +436,8 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
 
 def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
                   time: str | None = None, horizon: int | None = None,
-                  exog: list[str] | None = None, id_column: str | None = None,
-                  warn: Say = _quiet) -> tuple[Path, int]:
+                  exog: list[str] | None = None, future: list[str] | None = None,
+                  id_column: str | None = None, warn: Say = _quiet) -> tuple[Path, int]:
     """Predictions of a saved model into ``out_csv``; returns the path and the row count.
 
     A forecast carries the dates of its steps where they are known (from ``--time`` of
@@ -403,23 +462,54 @@ def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
             warn(f"steps {model.horizon + 1}-{h} are forecast recursively from a model fitted "
                  f"for {model.horizon}: their errors compound, read them as extrapolation")
         index = None
+        n_future = getattr(model, "n_future_", 0)
+        if n_future and not future:
+            raise ValueError(f"the model was fitted with {n_future} known-future column(s): give "
+                             "--csv with the history and the rows to forecast, and --future "
+                             "naming the columns")
+        if future and not n_future:
+            raise ValueError("--future given, but the model was fitted without known-future "
+                             "columns; fit it with --future")
+        if future and len(future) != n_future:
+            raise ValueError(f"--future names {len(future)} column(s); the model was fitted "
+                             f"with {n_future}")
+        if future and h > model.horizon:
+            raise ValueError(f"--horizon {h} is beyond the fitted {model.horizon}: a model with "
+                             "known-future columns forecasts its fitted horizon only")
         if csv is not None:
             if target is None:
                 raise ValueError("--target is needed with --csv for a forecaster (the series "
                                  "to continue)")
-            y, X = series_from_csv(csv, target, time, exog)
-            pred = model.predict(horizon, y=y.to_numpy(),
-                                 X=None if X is None else X.to_numpy())
+            y, X, _, ahead = series_with_future(csv, target, time, exog, future)
+            x_future = None
+            if future:
+                if len(ahead) < model.horizon:
+                    raise ValueError(f"--future needs the values of the {model.horizon} steps "
+                                     f"to forecast; {str(csv)!r} has {len(ahead)} row(s) after "
+                                     f"the last value of {target!r}")
+                x_future = ahead.to_numpy()[:model.horizon]
+            if time is None and model.effective_season > 1:
+                warn(f"--csv without --time: its first row is taken to be where the fitted "
+                     f"series started in its season of {model.effective_season}, and the "
+                     "forecast has no dates; pass --time so both come from the dates")
+            # a dated history is placed on the fitted calendar by its dates (season phase)
+            pred = model.predict(horizon, y=y if time is not None else y.to_numpy(),
+                                 X=None if X is None else X.to_numpy(), X_future=x_future)
             index = y.index if time is not None else None
+            dates = _future_index(index, len(pred)) if index is not None else None
         else:
             if exog:
                 raise ValueError("--exog reads the covariates of --csv: give --csv with the "
                                  "series and its covariates")
             pred = model.predict(horizon)
-        dates = _future_index(index, len(pred)) if index is not None else \
-            _dates_from_fit(Path(model_dir), len(pred))
+            dates = _dates_from_fit(Path(model_dir), len(pred))
         frame = pd.DataFrame({"step": range(1, len(pred) + 1),
                               "time": dates or [""] * len(pred), "forecast": pred})
+        for level, (lo, hi) in sorted(model.interval_bounds(pred).items()):
+            frame[f"lower_{level:.0%}".rstrip("%")] = lo
+            frame[f"upper_{level:.0%}".rstrip("%")] = hi
+        for note in model.interval_notes(len(pred)):
+            warn(note)
     else:
         if csv is None:
             raise ValueError("--csv is needed: the rows to predict for a tabular model")

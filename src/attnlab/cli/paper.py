@@ -61,11 +61,13 @@ def paper_cmd(
         y, _ = readers.series_from_csv(csv, target, time, None)
         name = target
         season = season or readers.season_of(y.index)
-        horizon, origins = horizon or (season or 12), origins or 10
+        horizon = horizon or (season or 12)
     jobs.check_out(out)                      # before minutes of fitting
     epochs = 15 if quick else 300
     n_seeds = min(seeds, 2) if quick else seeds
     model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
+    if origins is None:
+        origins = jobs.default_origins(model, len(y), say)
     values = y.to_numpy(dtype=float)
     with working("backtest"):
         bt = model.backtest(y, n_origins=origins, baselines=jobs.CLI_BASELINES)

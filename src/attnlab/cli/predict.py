@@ -22,6 +22,9 @@ def predict(
                                           "fitted)."),
     exog: Optional[str] = typer.Option(None, help="Comma-separated covariate columns of --csv "
                                        "(a forecaster fitted with --exog)."),
+    future: Optional[str] = typer.Option(None, help="Comma-separated known-future columns of "
+                                         "--csv (a forecaster fitted with --future): the rows "
+                                         "after the last value of --target hold them."),
     id: Optional[str] = typer.Option(None, "--id", help="Column of --csv copied into the "
                                      "predictions to identify each row (tabular)."),
     out: Path = typer.Option(Path("out/predictions.csv"), help="CSV to write."),
@@ -30,8 +33,9 @@ def predict(
     from attnlab.cli import jobs
 
     cols = [c.strip() for c in exog.split(",") if c.strip()] if exog else None
+    fcols = [c.strip() for c in future.split(",") if c.strip()] if future else None
     path, rows = jobs.predict_saved(model, out, csv=csv, target=target, time=time,
-                                    horizon=horizon, exog=cols, id_column=id,
+                                    horizon=horizon, exog=cols, future=fcols, id_column=id,
                                     warn=lambda m: console.print(f"[yellow]note[/yellow]: "
                                                                  f"{m}"))
     console.print(f"{rows} prediction(s) written to {path}")

@@ -41,6 +41,17 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
     as nanoseconds), dates that repeat, dates with missing steps (they would be taken as
     consecutive), values that are not numbers or too large for the model's float32, a
     constant series (every method is exact on it: nothing to compare)."""
+    y, X, _, _ = series_with_future(path, target, time, exog, None)
+    return y, X
+
+
+def series_with_future(path, target: str, time: str | None = None,
+                       exog: list[str] | None = None, future: list[str] | None = None):
+    """``(y, X, F, F_ahead)`` from ``--csv``: the series, its past covariates (``--exog``), its
+    known-future covariates (``--future``) over the observed rows, and their values on the rows
+    after the last observation (the target left empty there: the steps to forecast). Without
+    ``--future`` the last two are None, and rows with an empty target are refused as in
+    :func:`series_from_csv`."""
     import numpy as np
     import pandas as pd
 
@@ -48,6 +59,12 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
     require_column(df, target, "--target", path)
     for c in exog or []:
         require_column(df, c, "--exog", path)
+    for c in future or []:
+        require_column(df, c, "--future", path)
+    both = set(exog or []) & set(future or [])
+    if both:
+        raise ValueError(f"column(s) {sorted(both)} are given to both --exog and --future; a "
+                         "covariate is either past-only (--exog) or known ahead (--future)")
     if time is not None:
         require_column(df, time, "--time", path)
         if pd.api.types.is_numeric_dtype(df[time]):
@@ -66,6 +83,18 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
     if bad.any():
         raise ValueError(f"--target column {target!r} has non-numeric values, first "
                          f"{df[target][bad].iloc[0]!r}; clean the column first")
+    ahead = None
+    if future:
+        # the rows after the last observed value are the steps to forecast
+        observed = np.flatnonzero(y.notna().to_numpy())
+        last = int(observed[-1]) + 1 if len(observed) else 0
+        ahead = df.iloc[last:]
+        df, y = df.iloc[:last], y.iloc[:last]
+        if ahead[future].isna().any().any():
+            col = next(c for c in future if ahead[c].isna().any())
+            raise ValueError(f"--future column {col!r} is empty on a row after the last "
+                             f"value of {target!r}; the known-future values of the steps to "
+                             "forecast must be given")
     big = y.abs() > 1e30
     if big.any():
         raise ValueError(f"--target column {target!r} has {y[big].iloc[0]:g} at row "
@@ -75,7 +104,23 @@ def series_from_csv(path, target: str, time: str | None = None, exog: list[str] 
         raise ValueError(f"--target column {target!r} is constant ({y.dropna().iloc[0]:g}): "
                          "every method forecasts it exactly, there is nothing to compare")
     X = df[exog].astype(float) if exog else None
-    return y, X
+    if not future:
+        return y, X, None, None
+    F = _numeric(df[future], "--future")
+    return y, X, F, _numeric(ahead[future], "--future")
+
+
+def _numeric(frame, flag: str):
+    """The columns as floats; a value that is not a number is named."""
+    import pandas as pd
+
+    out = frame.apply(pd.to_numeric, errors="coerce")
+    bad = out.isna() & frame.notna()
+    if bad.any().any():
+        col = next(c for c in frame.columns if bad[c].any())
+        raise ValueError(f"{flag} column {col!r} has non-numeric values, first "
+                         f"{frame[col][bad[col]].iloc[0]!r}; clean the column first")
+    return out.astype(float)
 
 
 def _parse_dates(col, time: str):
@@ -157,16 +202,27 @@ def season_of(index) -> int | None:
     return SEASONS.get(unit) if steps and set(steps) == {1} else None
 
 
-def table_from_csv(path, target: str, task: str = "auto", folds: int = 5):
-    """``(X DataFrame, y Series)`` from ``--csv`` for ``fit tabular``, checked before any
-    cross-validation: an empty target cell, no feature column, an empty feature cell (the
-    baselines cannot take it), a numeric column with a few stray strings (it would become a
-    categorical of hundreds of levels), one class only, a string target for regression, a
-    class with fewer rows than ``--folds``."""
+MAX_CATEGORIES = 255          # scikit-learn's HistGradientBoosting takes at most 255 levels
+
+
+def table_from_csv(path, target: str, task: str = "auto", folds: int = 5,
+                   drop: list[str] | None = None):
+    """``(X DataFrame, y Series)`` from ``--csv`` for ``fit tabular``, ``drop`` columns left
+    out, checked before any cross-validation: an empty target cell, no feature column, an
+    empty feature cell (the baselines cannot take it), a numeric column with a few stray
+    strings (it would become a categorical of hundreds of levels), a text column with a
+    different value on every row (an identifier) or more levels than the gradient-boosting
+    baseline takes, one class only, a string target for regression, a class with fewer rows
+    than ``--folds``."""
     import pandas as pd
 
     df = read_csv(path)
     require_column(df, target, "--target", path)
+    for c in drop or []:
+        require_column(df, c, "--drop", path)
+        if c == target:
+            raise ValueError(f"--drop {c!r} is the --target column; drop other columns")
+    df = df.drop(columns=list(drop or []))
     if df[target].isna().any():
         row = int(df[target].isna().to_numpy().argmax()) + 2
         raise ValueError(f"--target column {target!r} is empty at line {row} of "
@@ -191,6 +247,17 @@ def table_from_csv(path, target: str, task: str = "auto", folds: int = 5):
                 raise ValueError(f"column {c!r} of {str(path)!r} is numeric except "
                                  f"{col[stray].iloc[0]!r} at line {row} ({int(stray.sum())} such "
                                  "cells); fix them, or it would be read as a category")
+            levels = col.nunique()
+            if levels == len(col) and len(col) > 20:
+                raise ValueError(f"column {c!r} of {str(path)!r} has a different value on "
+                                 f"every row ({levels} of {len(col)}, e.g. {col.iloc[0]!r}): "
+                                 f"an identifier, which no model learns from; pass --drop {c} "
+                                 "(predict's --id carries it into the predictions)")
+            if levels > MAX_CATEGORIES:
+                raise ValueError(f"column {c!r} of {str(path)!r} has {levels} distinct text "
+                                 f"values; the gradient-boosting baseline takes at most "
+                                 f"{MAX_CATEGORIES} categories: pass --drop {c}, or group "
+                                 "its values first")
     from attnlab.models.tabular import infer_task
 
     kind = infer_task(y) if task == "auto" else task
