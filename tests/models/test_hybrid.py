@@ -173,3 +173,15 @@ def test_fit_forecast_refuses_an_unknown_base_in_one_line(capsys, tmp_path):
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "base must be one of" in err[0]
+
+
+def test_arima_fits_a_seasonal_series_of_five_years():
+    # the innovations MLE refuses it ("maximum of maxlag should be < nobs"): the state-space
+    # MLE takes over, so the baseline and the base are not lost on ordinary monthly data
+    t = np.arange(60)
+    season = np.array([0, 2, 5, 9, 4, 1, -1, -3, -8, -4, -2, -1.0])
+    y = 50 + 0.1 * t + season[t % 12] + 0.3 * np.random.default_rng(0).normal(size=60)
+    b = B.fit_base("arima", y, 12)
+    assert b.seasonal_order == (0, 1, 1, 12)
+    truth = 50 + 0.1 * np.arange(60, 72) + season
+    assert np.abs(b.forecasts(y, np.array([60]), 12)[0] - truth).max() < 2.5

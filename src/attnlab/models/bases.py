@@ -254,10 +254,18 @@ class ARIMA(Base):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for p, q in grid:
-                try:
-                    res = _ARIMA(y, order=(p, d, q), seasonal_order=seasonal,
-                                 trend=trend).fit(method="innovations_mle")
-                except (ValueError, np.linalg.LinAlgError):
+                res = None
+                # the innovations MLE is fast but needs a long differenced series for its
+                # starting values (seasonal models on five years of months fail with "maximum
+                # of maxlag should be < nobs"); the state-space MLE takes any length
+                for method in ("innovations_mle", "statespace"):
+                    try:
+                        res = _ARIMA(y, order=(p, d, q), seasonal_order=seasonal,
+                                     trend=trend).fit(method=method)
+                        break
+                    except (ValueError, np.linalg.LinAlgError):
+                        continue
+                if res is None:
                     continue
                 if np.isfinite(res.aic) and (best is None or res.aic < best[0]):
                     best = (res.aic, (p, d, q), res.params)
