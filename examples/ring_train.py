@@ -111,6 +111,9 @@ def main() -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     try:
         train(dist.get_rank(), dist.get_world_size(), args)
+        # every rank done with its collectives before any closes its connections: a rank
+        # that tears down while its peer still reads makes gloo's reader abort the peer
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
