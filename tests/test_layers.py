@@ -165,6 +165,7 @@ def test_import_graph_has_no_cycles():
 
 
 def test_importing_every_module_changes_no_global_state():
+    # over 5 s: a fresh interpreter importing every module; the only global-state check
     # In a fresh interpreter: the user's matplotlib backend and environment stay as they were.
     # The third-party libraries are imported first: scikit-learn and statsmodels set
     # KMP_DUPLICATE_LIB_OK / KMP_INIT_AT_FORK on import, which is theirs, not attnlab's.

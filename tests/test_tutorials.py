@@ -20,6 +20,8 @@ def test_there_are_six_chapters():
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
 def test_the_tutorial_runs_and_its_exercise_is_checked(path, tmp_path, monkeypatch):
+    # over 5 s for chapters 01, 04, 05, 06: a notebook runs whole in its own kernel; this is the
+    # only test that executes each chapter and checks its exercise
     # the kernel inherits one thread per xdist worker, as the workers themselves run
     # (two kernels with torch's default pool each on a 2-core machine spin against each other)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

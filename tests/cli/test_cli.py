@@ -112,6 +112,7 @@ def sigint_default():
 
 
 def test_ctrl_c_exits_130_with_one_line():
+    # over 5 s: a real SIGINT to a running training process; the only test of Ctrl-C's exit
     import selectors
     import signal
     import time

@@ -75,6 +75,8 @@ def test_unknown_words_are_said(capsys, tmp_path):
 
 def test_explain_is_readable_in_a_pipe():
     """Piped (80 columns), a 20-token sentence prints every number whole, in column blocks."""
+    # over 5 s: a fresh interpreter in a pipe (80 columns, no terminal); the only test of
+    # explain's piped layout
     text = "Attention lets every token look at every other token and average what they say."
     proc = subprocess.run([sys.executable, "-m", "attnlab.cli", "explain", "--model", "default",
                            "--no-plots", "--text", text], capture_output=True, text=True,

@@ -22,6 +22,8 @@ def _snapshot(folder):
 
 
 def test_an_interrupted_run_leaves_the_older_run_whole(tmp_path):
+    # over 5 s: a real process is killed mid-fit; the only check that an interrupted run leaves
+    # the older folder whole
     out = tmp_path / "mix"
     assert main(FIT + ["--out", str(out)]) == 0
     before = _snapshot(out)

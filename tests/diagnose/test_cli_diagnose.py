@@ -25,6 +25,8 @@ def test_diagnose_usage_errors(capsys, tmp_path):
 
 
 def test_diagnose_demo_runs_the_short_experiments(capsys, tmp_path):
+    # over 5 s: the only run of `diagnose --demo`, whose short trainings are the pitfalls shown
+    # happening
     assert main(["diagnose", "--demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "why 1/√d_k" in out and "temperature at d_k = 64" in out

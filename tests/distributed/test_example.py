@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ring_train_example_under_torchrun():
+    # over 5 s: the only run of the torchrun example (two ranks, exactness against one process)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(ROOT / "examples" / "ring_train.py"), "--steps", "3", "--length", "48",
            "--every", "1", "--check"]

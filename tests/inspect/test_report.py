@@ -16,6 +16,7 @@ EVIL = 'He said <script>alert("x")</script> & left.'
 
 @pytest.fixture(scope="session")
 def report(tmp_path_factory):
+    # over 5 s, once per run: the full report with every figure, shared by the module's tests
     out = tmp_path_factory.mktemp("inspect")
     assert main(["inspect", EVIL, "--pair", "Tokenization <b>bold</b>.", "--out", str(out),
                  "--figures", "--target", "similarity"]) == 0
@@ -113,6 +114,8 @@ def test_corpus_mode_and_usage_errors(tmp_path, capsys):
 
 
 def test_length_limit_is_an_error_or_an_explicit_cut(tmp_path, capsys):
+    # over 5 s: the only report at the model's full 512 tokens opened in Chromium (first paint,
+    # head view)
     long_text = " ".join(["word"] * 600)                        # 602 tokens with [CLS], [SEP]
     assert main(["inspect", long_text, "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err

@@ -290,6 +290,8 @@ def test_refusals_name_the_model_feature_and_what_to_use(family):
 
 
 def test_triton_names_exist_only_where_they_run_and_register_is_named():
+    # over 5 s: a fresh interpreter importing transformers without a GPU; the only test of the
+    # Triton names' absence
     # Without a GPU (and without Triton's interpreter) the Triton names are not registered, so
     # setting one fails at once; asking for one by name says why. Forgetting register() is
     # transformers' own error, which the docs answer (docs/hf.md, first lines).

@@ -105,6 +105,7 @@ def test_csv_problems_are_named(tmp_path, capsys):
 
 
 def test_documented_example_commands_run(tmp_path, capsys, monkeypatch):
+    # over 5 s: the README's three example commands, each the only run of its CLI path
     # The README's `fit forecast --example co2`, `fit graph --example karate` and
     # `demo seq2seq`, with fewer epochs and origins (the full runs are in benchmarks/applied.py).
     assert main(["fit", "forecast", "--example", "co2", "--origins", "2", "--max-epochs", "3",
@@ -131,6 +132,8 @@ def test_documented_example_commands_run(tmp_path, capsys, monkeypatch):
 
 
 def test_predict_continues_a_forecaster_fitted_with_exog(tmp_path):
+    # over 5 s: the only CLI round trip of a forecaster with past covariates (fit, save,
+    # predict)
     t = np.arange(120)
     x = np.cos(t / 5)
     y = 3 + np.sin(2 * np.pi * t / 12) + 0.5 * x

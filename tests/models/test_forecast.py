@@ -206,6 +206,8 @@ def test_conformal_intervals_cover_on_exchangeable_data():
 
 
 def test_known_future_covariates_enter_the_forecast_steps(tmp_path):
+    # over 5 s: the only test that known-future covariates improve a backtest (400 days,
+    # trained)
     from attnlab.models.paper import _symbol_rows, undefined_symbols
     rng = np.random.default_rng(0)
     n = 400

@@ -90,6 +90,7 @@ def test_fit_graph_cli(tmp_path, capsys):
 
 
 def test_reversal_seq2seq_learns_the_anti_diagonal(tmp_path):
+    # over 5 s: the only test that trains the seq2seq model to its stated accuracy
     # Strings of 4-8 digits and a smaller model than the demo's: the same behaviour, 5x faster
     # (the demo's defaults are measured in docs/applied.md).
     model = ReversalSeq2Seq(max_len=8, n_train=3000, hidden=48).fit()

@@ -148,6 +148,7 @@ def test_bad_base_or_pool_names_the_argument():
 
 
 def test_the_ablation_reports_every_variant_per_seed():
+    # over 5 s: four variants x two seeds x two origins, the smallest ablation that has a spread
     y = _series(220)
     res = ablation(AttentionForecaster(horizon=6, season=12, **{**FAST, "max_epochs": 8}), y,
                    n_origins=2, seeds=(0, 1), series="synthetic")

@@ -119,6 +119,8 @@ def test_both_languages_compile(measured, tmp_path, lang, engine):
 
 
 def test_the_paper_command_writes_the_folder(tmp_path, capsys):
+    # over 5 s: the only end-to-end run of `attnlab paper` (backtest, ablation, sensitivity,
+    # figures); the text itself is tested on shared fixtures
     from attnlab.cli import main
 
     assert main(["paper", "--example", "unemployment", "--quick", "--no-compile",
