@@ -17,8 +17,8 @@ and the network predicts ``(y_{T+h} - base_{T+h}) / s_i``. The output layer star
 untrained network forecasts the bases.
 
 Held out: the last window (``H`` observations) of a share ``holdout`` of the series, drawn
-with ``seed``; half of them stop the training, the other half set ``w`` and calibrate the
-intervals. Every other window of every series trains the network (a held-out series' windows
+with ``seed``, with their bases refitted on the observations before it (as at forecast time);
+half of them stop the training, the other half set ``w`` and calibrate the intervals. Every other window of every series trains the network (a held-out series' windows
 end before its held-out one), so a series of lookback + horizon observations still teaches it.
 Intervals are split conformal, pooled across series in each series' scale: for level q and
 step h, the ceil((n + 1) q)-th smallest ``|error| / s_i`` over the n calibration series,
@@ -232,14 +232,15 @@ class GlobalForecaster(BaseEstimator):
 
     # ---- windows ------------------------------------------------------------------------
 
-    def _windows(self, i: int, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _windows(self, i: int, ends: np.ndarray, base=None) -> tuple[np.ndarray, np.ndarray]:
         """Series ``i``'s inputs and base forecasts (both scaled) for windows ending before
-        each index of ``ends``: ``(W, L, 1)``, ``(W, H)``, and the raw base forecasts."""
+        each index of ``ends``: ``(W, L, 1)``, ``(W, H)``, and the raw base forecasts
+        (``base``: another fit of the series' base)."""
         y, s, L = self.series_[i], self.scales_[i], self.effective_lookback
         idx = ends[:, None] - L + np.arange(L)[None, :]
         last = y[ends - 1][:, None]
         x = ((y[idx] - last) / s)[..., None]
-        ref = self.bases_[i].forecasts(y, ends, self.horizon)
+        ref = (base or self.bases_[i]).forecasts(y, ends, self.horizon)
         return x, (ref - last) / s, ref
 
     # ---- fit / predict ------------------------------------------------------------------
@@ -272,9 +273,13 @@ class GlobalForecaster(BaseEstimator):
             last = n - 2 * H if held else n - H
             ends = np.arange(max(L, self.bases_[i].history), last + 1)
             if len(ends):
-                parts["train"].append((i, ends))
+                parts["train"].append((i, ends, None))
             if held:
-                parts["cal" if i in calibrate else "stop"].append((i, np.array([n - H])))
+                # the held-out window's base is fitted without it, as at forecast time: errors
+                # of a base fitted on the window itself would make the intervals too narrow
+                before, _ = _fit_one(self.base_names_[i], self.series_[i][:n - H], m)
+                parts["cal" if i in calibrate else "stop"].append((i, np.array([n - H]),
+                                                                   before))
         data = {k: self._tensors(v) for k, v in parts.items()}
         self.device_ = resolve_device(self.device)
         config = TrainConfig.of(self)
@@ -320,8 +325,8 @@ class GlobalForecaster(BaseEstimator):
         if not parts:
             return None
         xs, fs, ts = [], [], []
-        for i, ends in parts:
-            x, f, ref = self._windows(i, ends)
+        for i, ends, base in parts:
+            x, f, ref = self._windows(i, ends, base)
             y = self.series_[i]
             target = (y[ends[:, None] + np.arange(self.horizon)[None, :]] - ref) / self.scales_[i]
             xs.append(x)
