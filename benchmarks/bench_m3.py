@@ -99,7 +99,8 @@ def run_group(series, m: int, jobs: int, base: str, epochs: int) -> dict:
             "seconds_baselines": took_base, "w": g.shrink_, "epochs": g.history_.epochs,
             "notes": g.notes_, "coverage": cover,
             "failed": {k: sum(k in f for _, f in made) for k in ("ets", "arima", "theta")},
-            "per_series": {k: np.asarray(v).tolist() for k, v in rows.items()}}
+            "per_series": {k: [[round(a, 3), round(b, 4)] for a, b in v]
+                           for k, v in rows.items()}}
 
 
 SEASON = {"yearly": 1, "quarterly": 4, "monthly": 12, "other": 1}
@@ -140,6 +141,52 @@ def table(results: dict, dataset: str) -> str:
     return "\n".join(lines)
 
 
+def figure(results: dict, dataset: str, path: Path) -> Path:
+    """sMAPE per frequency (the forecaster, the ensemble, Theta, and for M3 Theta's published
+    figure) and the pooled interval coverage per frequency against the nominal levels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    freqs = list(results)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    bars = [("forecaster", "attnlab global forecaster", "#d62728"),
+            ("ensemble", "median of ETS, ARIMA, Theta", "#1f77b4"),
+            ("theta", "Theta (statsmodels)", "#7f7f7f")]
+    width = 0.8 / (len(bars) + (dataset == "m3"))
+    x = np.arange(len(freqs))
+    for j, (key, label, color) in enumerate(bars):
+        v = [np.asarray(results[f]["per_series"][key])[:, 0].mean() for f in freqs]
+        drawn = a.bar(x + j * width, v, width, label=label, color=color)
+        a.bar_label(drawn, fmt="%.2f", fontsize=6.5, padding=1)
+    if dataset == "m3":
+        drawn = a.bar(x + len(bars) * width, [PUBLISHED_THETA[f] for f in freqs], width,
+                      label="Theta, published (Makridakis & Hibon 2000)", color="#bcbd22")
+        a.bar_label(drawn, fmt="%.2f", fontsize=6.5, padding=1)
+    a.set_xticks(x + width * (len(bars) - (dataset != "m3")) / 2,
+                 [f"{f}\n({results[f]['n']} series)" for f in freqs])
+    a.set_ylabel("sMAPE (%)")
+    a.set_title(f"{dataset.upper()}: sMAPE per frequency (lower is better)")
+    a.set_ylim(0, a.get_ylim()[1] * 1.3)             # room for the legend above the bars
+    a.legend(fontsize=8, frameon=False, ncol=2, loc="upper right")
+    for k, (q, marker) in enumerate(((0.8, "o"), (0.95, "s"))):
+        cov = [results[f]["coverage"][f"{q:g}"] for f in freqs]
+        b.plot(x, cov, marker=marker, color="#d62728", linestyle="-" if k else "--",
+               label=f"{q:.0%} interval, covered")
+        b.axhline(q, color="black", linewidth=0.8, linestyle="-" if k else "--")
+        b.axhspan(q - 0.03, q + 0.03, color="#cccccc", alpha=0.4, linewidth=0)
+    b.set_xticks(x, freqs)
+    b.set_ylim(0.6, 1.0)
+    b.set_ylabel("share of test values inside")
+    b.set_title("interval coverage (grey: nominal ± 3 points)")
+    b.legend(fontsize=8, frameon=False, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="m3", choices=["m3", "m1", "tourism"])
@@ -149,7 +196,17 @@ def main() -> None:
     p.add_argument("--base", default="theta")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    p.add_argument("--figure", type=Path, default=None,
+                   help="also draw the results here (PNG)")
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="draw and tabulate a results file instead of running")
     args = p.parse_args()
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())["results"]
+        print(table(results, args.dataset))
+        if args.figure:
+            figure(results, args.dataset, args.figure)
+        return
     groups = load(args.dataset)
     results = {}
     for freq, series in groups.items():
@@ -162,8 +219,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.dataset}{'_limit' + str(args.limit) if args.limit else ''}.json"
     path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                "results": results}) + "\n")
+                                "results": results}, separators=(",", ":")) + "\n")
     print(table(results, args.dataset))
+    if args.figure:
+        figure(results, args.dataset, args.figure)
 
 
 if __name__ == "__main__":
