@@ -55,7 +55,7 @@ def mase(x, y, f, m):
 def _baselines(x, h, m):
     """Seasonal naive, ETS, ARIMA and Theta forecasts of one series (attnlab's statsmodels
     bases; a model that cannot be fitted falls back to seasonal naive, counted)."""
-    from attnlab.models.bases import fit_base
+    from attnlab.models.forecast.bases import fit_base
 
     out, failed = {}, []
     snaive = fit_base("seasonal_naive", x, m if len(x) >= m else 1)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from attnlab.models.ablation import ablation
 from attnlab.models.datasets import load_series
 from attnlab.models.forecast import AttentionForecaster
+from attnlab.models.forecast.ablation import ablation
 
 
 def main() -> None:

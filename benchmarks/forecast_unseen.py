@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnlab.models.baselines import BASELINES
 from attnlab.models.datasets import load_series
 from attnlab.models.forecast import AttentionForecaster
+from attnlab.models.forecast.baselines import BASELINES
 
 METHODS = ("seasonal_naive", "ets", "arima", "theta", "combination")
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab.models.backtest import rolling_origin
 from attnlab.models.datasets import load_panel
 from attnlab.models.forecast import AttentionForecaster
+from attnlab.models.forecast.backtest import rolling_origin
 from attnlab.models.spatiotemporal import SpatioTemporalForecaster, simulated_crowd, upstream_share
 
 

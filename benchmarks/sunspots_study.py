@@ -20,8 +20,8 @@ import numpy as np
 
 from attnlab._files import write_text_atomic
 from attnlab.models import AttentionForecaster
-from attnlab.models.baselines import forecast_errors
 from attnlab.models.datasets import load_series
+from attnlab.models.forecast.baselines import forecast_errors
 from attnlab.plots import save_heatmap
 
 VARIANTS = {"attention (defaults)": {}, "attention, lookback 11": {"lookback": 11},

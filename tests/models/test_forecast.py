@@ -7,7 +7,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 from attnlab.models import AttentionForecaster, load
-from attnlab.models.baselines import ar_forecast, forecast_errors, seasonal_naive
+from attnlab.models.forecast.baselines import ar_forecast, forecast_errors, seasonal_naive
 
 FAST = dict(hidden_size=16, max_epochs=40, patience=10, seed=0)
 
@@ -208,7 +208,7 @@ def test_conformal_intervals_cover_on_exchangeable_data():
 def test_known_future_covariates_enter_the_forecast_steps(tmp_path):
     # over 5 s: the only test that known-future covariates improve a backtest (400 days,
     # trained)
-    from attnlab.models.paper import _symbol_rows, undefined_symbols
+    from attnlab.models.forecast.paper import _symbol_rows, undefined_symbols
     rng = np.random.default_rng(0)
     n = 400
     promo = (rng.random(n) < 0.15).astype(float)           # planned promotions, known ahead

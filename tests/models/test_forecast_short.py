@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from attnlab.models import AttentionForecaster, load
-from attnlab.models import bases as bases_mod
+from attnlab.models.forecast import bases as bases_mod
 
 FAST = dict(hidden_size=8, max_epochs=3, patience=2, seed=0)
 

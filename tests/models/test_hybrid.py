@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from attnlab.models import AttentionForecaster, load
-from attnlab.models import bases as B
-from attnlab.models.ablation import ablation
-from attnlab.models.baselines import ar_forecast, ets_forecast
 from attnlab.models.datasets import load_series
+from attnlab.models.forecast import bases as B
+from attnlab.models.forecast.ablation import ablation
+from attnlab.models.forecast.baselines import ar_forecast, ets_forecast
 
 FAST = dict(hidden_size=16, max_epochs=30, patience=8, seed=0)
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from attnlab.models import AttentionForecaster
-from attnlab.models.ablation import ablation
+from attnlab.models.forecast.ablation import ablation
+from attnlab.models.forecast.paper import PaperInputs, paper_tex, undefined_symbols
 from attnlab.models.latex import Equations
-from attnlab.models.paper import PaperInputs, paper_tex, undefined_symbols
 
 FAST = dict(hidden_size=8, max_epochs=6, patience=3, seed=0)
 
@@ -41,7 +41,7 @@ def test_every_symbol_the_equations_use_is_defined(kw, exog):
     y = _series()
     X = np.random.default_rng(1).normal(size=(len(y), 2)) if exog else None
     f = AttentionForecaster(horizon=6, **kw, **FAST).fit(y, X)
-    from attnlab.models.paper import _symbol_rows
+    from attnlab.models.forecast.paper import _symbol_rows
 
     assert undefined_symbols(f.equations(), _symbol_rows(f, "en")) == set()
 
@@ -85,7 +85,7 @@ def test_with_w_0_the_paper_says_first_that_the_base_forecasts(measured, lang):
 
 
 def test_the_diebold_mariano_test():
-    from attnlab.models.baselines import diebold_mariano
+    from attnlab.models.forecast.baselines import diebold_mariano
     rng = np.random.default_rng(0)
     a = rng.normal(size=200) ** 2
     stat, p = diebold_mariano(a, a + 0.5)                          # a clearly better

@@ -82,7 +82,7 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt,
     """Figures, ``paper.tex`` and (where an engine exists, or when asked) ``paper.pdf`` in
     the folder ``d``. Returns the files written."""
     from attnlab._files import write_text_atomic
-    from attnlab.models.paper import paper_tex
+    from attnlab.models.forecast.paper import paper_tex
     from attnlab.plots.forecast import save_architecture, save_backtest, save_forecast_attention
 
     d.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt,
 def _paper_folder(d: Path, bt, index, name: str, y=None) -> None:
     """The paper section of a fit (``attnlab paper`` adds the ablation and sensitivity):
     paper.tex and its figures (not compiled: `attnlab paper` compiles)."""
-    from attnlab.models.paper import PaperInputs
+    from attnlab.models.forecast.paper import PaperInputs
     from attnlab.plots.forecast import time_label
 
     inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins], y=y)
@@ -123,7 +123,7 @@ def _paper_folder(d: Path, bt, index, name: str, y=None) -> None:
 
 def _table_paper(d: Path, est, m: dict) -> None:
     """paper/ of a table fit: the model section with the cross-validation comparison."""
-    from attnlab.models.paper import model_section_tex
+    from attnlab.models.forecast.paper import model_section_tex
 
     d.mkdir(parents=True, exist_ok=True)
     rows = sorted(m["cv"].items(), key=lambda kv: -kv[1]["mean"])
@@ -152,7 +152,7 @@ def _table_paper(d: Path, est, m: dict) -> None:
 
 def _graph_paper(d: Path, clf, m: dict) -> None:
     """paper/ of a graph fit: the model section with the held-out (or the seeds') comparison."""
-    from attnlab.models.paper import model_section_tex
+    from attnlab.models.forecast.paper import model_section_tex
 
     d.mkdir(parents=True, exist_ok=True)
     if "gat_mean" in m:                                   # the karate study over seeds
@@ -189,7 +189,7 @@ DEFAULT_ORIGINS = 10
 def default_origins(model, n: int, say: Say = _quiet) -> int:
     """The backtest's origins when none are asked for: 10, or as many as a series of ``n``
     observations holds (said), with the network fitted before the first where it can be."""
-    from attnlab.models.backtest import most_origins
+    from attnlab.models.forecast.backtest import most_origins
 
     H = model.horizon
     k = most_origins(model, n)
@@ -328,7 +328,7 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     import pandas as pd
     from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
 
-    from attnlab.models.baselines import tabular_baselines
+    from attnlab.models.forecast.baselines import tabular_baselines
     from attnlab.models.tabular import (
         FeatureAttentionClassifier,
         FeatureAttentionRegressor,

@@ -37,10 +37,10 @@ def paper_cmd(
     attention of typical cases, comparison, ablation, sensitivity) from measurements."""
     from attnlab.cli import jobs, readers
     from attnlab.models import datasets
-    from attnlab.models.ablation import ablation
-    from attnlab.models.backtest import rolling_origin
     from attnlab.models.forecast import AttentionForecaster
-    from attnlab.models.paper import LANGS, PaperInputs
+    from attnlab.models.forecast.ablation import ablation
+    from attnlab.models.forecast.backtest import rolling_origin
+    from attnlab.models.forecast.paper import LANGS, PaperInputs
     from attnlab.plots.forecast import time_label
 
     if lang not in LANGS:

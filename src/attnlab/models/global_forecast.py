@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from attnlab.models.bases import BASES, fit_base
-from attnlab.models.forecast_nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.bases import BASES, fit_base
+from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
 from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
 
 LEVELS = (0.8, 0.95)
@@ -147,7 +147,7 @@ class GlobalForecaster(BaseEstimator):
         horizon: steps forecast at once, for every series.
         season: the seasonal period shared by the series (12 for monthly), or None.
         lookback: past steps the network reads (default: two seasons, at least the horizon).
-        base: each series' statistical base (:data:`~attnlab.models.bases.BASES` except
+        base: each series' statistical base (:data:`~attnlab.models.forecast.bases.BASES` except
             ``auto``): ``"theta"`` by default; ``"combination"`` (the median of ETS, ARIMA and
             Theta) is stronger and slower.
         encoder, hidden_size, num_layers, nhead, dropout, pool: the network, as in

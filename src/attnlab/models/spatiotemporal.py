@@ -228,7 +228,7 @@ class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
         "per_place": {method: (P,)}, "origins": [...], "model": fitted}``."""
         from sklearn.base import clone
 
-        from attnlab.models.baselines import ar_forecast, seasonal_naive
+        from attnlab.models.forecast.baselines import ar_forecast, seasonal_naive
 
         Y, names, _ = self._check_input(Y, adjacency)
         H, m = self.horizon, self.effective_season

@@ -12,7 +12,7 @@ the next ``horizon`` values at once (direct multi-step). Two encoders:
 
 The network predicts the *change from a statistical base forecast* (``base``: seasonal naive,
 Holt-Winters ETS, AutoReg, or by default the best of them on the last part of the training
-series; :mod:`~attnlab.models.bases`), and its output layer starts at zero: an untrained model
+series; :mod:`~attnlab.models.forecast.bases`), and its output layer starts at zero: an untrained model
 is its base, and training moves away from it only as far as the validation windows support
 (the hybrid of Smyl's ES-RNN, the M4 winner). Scaling is inside: each input
 window is expressed relative to its last observation (so a trend does not leave the range seen
@@ -39,9 +39,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
-from attnlab.models.backtest import BacktestResult, rolling_origin
-from attnlab.models.bases import BASES, base_from_dict, choose_base, fit_base
-from attnlab.models.forecast_nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
+from attnlab.models.forecast.bases import BASES, base_from_dict, choose_base, fit_base
+from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
 from attnlab.models.latex import Equations
 from attnlab.models.training import (
     TrainConfig,
@@ -200,7 +200,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             transformer only; ``hidden_size`` must be divisible by it).
         season: the seasonal period (12 for monthly data); adds the phase as a feature and
             sets seasonal naive's and MASE's period. None for none.
-        base: the statistical forecast the network corrects (:mod:`~attnlab.models.bases`):
+        base: the statistical forecast the network corrects (:mod:`~attnlab.models.forecast.bases`):
             ``"auto"`` (the best of seasonal naive, ETS and AR on the last part of the
             training series), ``"seasonal_naive"``, ``"naive"``, ``"ets"``, ``"ar"``, or
             ``"none"`` (no base: the network predicts the series' deviation from its mean).
