@@ -18,8 +18,9 @@ untrained network forecasts the bases.
 
 Held out: the last window (``H`` observations) of a share ``holdout`` of the series, drawn
 with ``seed``, with their bases refitted on the observations before it (as at forecast time);
-half of them stop the training, the other half set ``w`` and calibrate the intervals. Every other window of every series trains the network (a held-out series' windows
-end before its held-out one), so a series of lookback + horizon observations still teaches it.
+half of them stop the training, the other half set ``w`` and calibrate the intervals. Every
+other window of every series trains the network (a held-out series' windows end before its
+held-out one), so a series of lookback + horizon observations still teaches it.
 Intervals are split conformal, pooled across series in each series' scale: for level q and
 step h, the ceil((n + 1) q)-th smallest ``|error| / s_i`` over the n calibration series,
 times ``s_i``. Per-series calibration would need many held-out windows per series, which short

@@ -1,7 +1,8 @@
 """Is it the attention that helps? The hybrid forecaster's ablation over seeds.
 
-For one series, the rolling-origin backtest (:func:`~attnlab.models.forecast.backtest.rolling_origin`)
-of four variants that differ in one thing each, every network variant over several seeds:
+For one series, the rolling-origin backtest
+(:func:`~attnlab.models.forecast.backtest.rolling_origin`) of four variants that differ in one
+thing each, every network variant over several seeds:
 
 * ``base alone``: the statistical base the default chooses (``base="auto"`` on the data before
   the first origin), refitted at every origin: the model with its network removed;

@@ -40,7 +40,8 @@ def ets_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
 def ar_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
     """statsmodels AutoReg with a constant, its order chosen by AIC up to two seasons (at
     least 12, at most a quarter of the history), forecast recursively; on first differences
-    when the levels' fit is not stationary (the ``ar`` base of :mod:`attnlab.models.forecast.bases`).
+    when the levels' fit is not stationary (the ``ar`` base of
+    :mod:`attnlab.models.forecast.bases`).
     The classical model for cyclic series without a fixed period (Yule 1927 fitted one to the
     sunspot numbers)."""
     from attnlab.models.forecast.bases import AR
@@ -59,8 +60,8 @@ def _base_forecast(name: str):
         base = fit_base(name, history, season)
         return base.forecasts(history, np.array([len(history)]), horizon)[0]
     forecast.__name__ = f"{name}_forecast"
-    forecast.__doc__ = (f"The ``{name}`` base of :mod:`attnlab.models.forecast.bases`, fitted on the "
-                        "history and forecast from its end.")
+    forecast.__doc__ = (f"The ``{name}`` base of :mod:`attnlab.models.forecast.bases`, fitted "
+                        "on the history and forecast from its end.")
     return forecast
 
 

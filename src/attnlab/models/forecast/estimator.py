@@ -12,9 +12,9 @@ the next ``horizon`` values at once (direct multi-step). Two encoders:
 
 The network predicts the *change from a statistical base forecast* (``base``: seasonal naive,
 Holt-Winters ETS, AutoReg, or by default the best of them on the last part of the training
-series; :mod:`~attnlab.models.forecast.bases`), and its output layer starts at zero: an untrained model
-is its base, and training moves away from it only as far as the validation windows support
-(the hybrid of Smyl's ES-RNN, the M4 winner). Scaling is inside: each input
+series; :mod:`~attnlab.models.forecast.bases`), and its output layer starts at zero: an
+untrained model is its base, and training moves away from it only as far as the validation
+windows support (the hybrid of Smyl's ES-RNN, the M4 winner). Scaling is inside: each input
 window is expressed relative to its last observation (so a trend does not leave the range seen
 in training), divided by the spread of the training targets, and also given in absolute
 standardized form; exogenous columns are standardized; with a ``season`` the

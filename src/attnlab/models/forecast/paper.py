@@ -94,10 +94,10 @@ BASE_NAMES = {
 @dataclass
 class PaperInputs:
     """What the paper is written from. ``backtest``: a
-    :class:`~attnlab.models.forecast.backtest.BacktestResult` of ``model``'s settings; ``ablation``: an
-    :class:`~attnlab.models.forecast.ablation.AblationResult` or None; ``sensitivity``: ``{setting:
-    [(value, MASE), ...]}`` or None; ``figures``: ``{"architecture": file, "attention": file}``
-    relative to the .tex file; ``origin_labels``: the backtest origins as dates or steps."""
+    :class:`~attnlab.models.forecast.backtest.BacktestResult` of ``model``'s settings;
+    ``ablation``: an :class:`~attnlab.models.forecast.ablation.AblationResult` or None;
+    ``sensitivity``: ``{setting: [(value, MASE), ...]}`` or None; ``figures``:
+    ``{"architecture": file, "attention": file}`` relative to the .tex file; ``origin_labels``: the backtest origins as dates or steps."""
 
     model: object
     backtest: object
