@@ -97,7 +97,8 @@ class PaperInputs:
     :class:`~attnlab.models.forecast.backtest.BacktestResult` of ``model``'s settings;
     ``ablation``: an :class:`~attnlab.models.forecast.ablation.AblationResult` or None;
     ``sensitivity``: ``{setting: [(value, MASE), ...]}`` or None; ``figures``:
-    ``{"architecture": file, "attention": file}`` relative to the .tex file; ``origin_labels``: the backtest origins as dates or steps."""
+    ``{"architecture": file, "attention": file}`` relative to the .tex file;
+    ``origin_labels``: the backtest origins as dates or steps."""
 
     model: object
     backtest: object
