@@ -7,8 +7,8 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.models import GATClassifier, ReversalSeq2Seq, load
-from attnlab.models.graph_data import from_csv, karate
-from attnlab.models.graph_study import karate_study, label_propagation
+from attnlab.models.graph.data import from_csv, karate
+from attnlab.models.graph.study import karate_study, label_propagation
 
 
 def _mask(nodes, n=34):
@@ -25,7 +25,7 @@ def test_karate_beats_label_propagation_on_average():
 
 
 def test_the_spectral_baseline_separates_the_factions_from_their_leaders():
-    from attnlab.models.graph_study import spectral
+    from attnlab.models.graph.study import spectral
     g = karate()
     pred = spectral(g, _mask([0, 1, 2, 32, 33, 31]))               # three labels per faction
     y = np.asarray(g.y, dtype=object).astype(str)

@@ -1,5 +1,6 @@
-"""The forecasting modules moved into models/forecast/; their old paths warn, name the new one
-and the release that removes them, and forward every name (public and private)."""
+"""The forecasting, table and graph modules moved into models/forecast/, tabular/ and graph/;
+their old paths warn, name the new one and the release that removes them, and forward every
+name (public and private)."""
 
 import importlib
 import sys
@@ -8,7 +9,9 @@ import pytest
 
 MOVED = {"bases": "forecast.bases", "baselines": "forecast.baselines",
          "backtest": "forecast.backtest", "ablation": "forecast.ablation",
-         "forecast_nets": "forecast.nets", "paper": "forecast.paper"}
+         "forecast_nets": "forecast.nets", "paper": "forecast.paper",
+         "tabular_input": "tabular.inputs", "graph_data": "graph.data",
+         "graph_study": "graph.study"}
 
 
 @pytest.mark.parametrize("old, new", MOVED.items())
@@ -29,3 +32,14 @@ def test_the_public_paths_are_unchanged():
 
     assert AttentionForecaster is A2 and issubclass(A2, WindowSettings)
     assert BacktestResult.__module__ == "attnlab.models.forecast.backtest"
+
+
+def test_the_table_and_graph_packages_keep_their_names():
+    from attnlab.models import FeatureAttentionClassifier, GATClassifier, Graph
+    from attnlab.models.graph import GATClassifier as G2
+    from attnlab.models.graph import Graph as Gr2
+    from attnlab.models.tabular import FeatureAttentionClassifier as F2
+    from attnlab.models.tabular import infer_task
+
+    assert GATClassifier is G2 and Graph is Gr2 and FeatureAttentionClassifier is F2
+    assert infer_task([0, 1, 1]) == "classification"

@@ -137,7 +137,7 @@ def test_table_and_graph_fits_write_a_paper_section_that_compiles(tmp_path):
     import pandas as pd
 
     from attnlab.cli import jobs
-    from attnlab.models.graph_data import karate
+    from attnlab.models.graph.data import karate
 
     rng = np.random.default_rng(0)
     X = pd.DataFrame({"a": rng.normal(size=80), "b_col": rng.normal(size=80)})
@@ -160,7 +160,7 @@ def test_every_estimators_equations_define_their_symbols():
     import pandas as pd
 
     from attnlab.models import FeatureAttentionRegressor, GATClassifier
-    from attnlab.models.graph_data import karate
+    from attnlab.models.graph.data import karate
     from attnlab.models.seq2seq import ReversalSeq2Seq
 
     rng = np.random.default_rng(0)

@@ -161,7 +161,7 @@ def fit_graph_cmd(
     """Node classification with graph attention (GAT); draw the graph with edge width by
     attention."""
     from attnlab.cli import jobs, readers
-    from attnlab.models.graph_data import karate
+    from attnlab.models.graph.data import karate
 
     if example is not None:
         if example != "karate":

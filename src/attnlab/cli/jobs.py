@@ -394,9 +394,9 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
               **params) -> dict:
     """Fit a GATClassifier on the labelled nodes and write predictions, metrics, figures, the
     model and its equations. With ``karate_seeds`` (the karate club), first run the study of
-    :func:`~attnlab.models.graph_study.karate_study` and fit on the split of ``seed``."""
+    :func:`~attnlab.models.graph.study.karate_study` and fit on the split of ``seed``."""
     from attnlab.models.graph import GATClassifier
-    from attnlab.models.graph_study import karate_study
+    from attnlab.models.graph.study import karate_study
     from attnlab.plots.graph import save_attention_matrix, save_graph
 
     out = Path(out)
@@ -407,7 +407,7 @@ def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
         mask[study["rows"][seed % karate_seeds]["train_nodes"]] = True
         metrics = {"example": "karate", **study}
     else:
-        from attnlab.models.graph_study import holdout_study
+        from attnlab.models.graph.study import holdout_study
 
         mask = np.array([v is not None for v in graph.y])
         metrics = {"holdout": holdout_study(graph, mask, seed=seed, **params)}

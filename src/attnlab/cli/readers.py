@@ -277,9 +277,9 @@ def table_from_csv(path, target: str, task: str = "auto", folds: int = 5,
 
 
 def graph_from_csv(edges, features=None, labels=None):
-    """A :class:`~attnlab.models.graph_data.Graph` from ``--edges``, ``--features`` and
+    """A :class:`~attnlab.models.graph.data.Graph` from ``--edges``, ``--features`` and
     ``--labels``; a problem inside one of them is reported with its flag and file."""
-    from attnlab.models.graph_data import GraphInputError, from_frames
+    from attnlab.models.graph.data import GraphInputError, from_frames
 
     files = {"edges": edges, "features": features, "labels": labels}
     frames = {name: read_csv(path, f"--{name}") if path is not None else None

@@ -33,7 +33,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from attnlab.models import io
 from attnlab.models.latex import Equations
-from attnlab.models.tabular_input import (  # noqa: F401
+from attnlab.models.tabular.inputs import (  # noqa: F401
     TableInput,
     infer_task,
     is_categorical,

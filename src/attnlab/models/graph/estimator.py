@@ -1,5 +1,5 @@
 """Node classification with graph attention: :class:`GATClassifier`. Graph input is in
-:mod:`~attnlab.models.graph_data`, the karate-club study in :mod:`~attnlab.models.graph_study`,
+:mod:`~attnlab.models.graph.data`, the karate-club study in :mod:`~attnlab.models.graph.study`,
 the figures in :mod:`attnlab.plots.graph`.
 
 The classifier is the two-layer GAT of Veličković et al. (2018) for transductive node
@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
-from attnlab.models.graph_data import (  # noqa: F401
+from attnlab.models.graph.data import (  # noqa: F401
     Graph,
     GraphInputError,
     from_csv,
