@@ -99,6 +99,27 @@ def test_the_folder_order_is_the_import_order():
         "{" + ", ".join(layer) + "}" for layer in LAYERS) + f": {bad}"
 
 
+# Inside models/: the wings stand side by side and share only models' common modules; the
+# common modules know no wing. (The old module paths, which forward to a wing, are left out.)
+WINGS = ("attnlab.models.forecast", "attnlab.models.tabular", "attnlab.models.graph")
+SHARED = ("attnlab.models.training", "attnlab.models.io", "attnlab.models.latex",
+          "attnlab.models.datasets", "attnlab.models._moved")
+
+
+def _wing(module: str) -> str | None:
+    return next((w for w in WINGS if module == w or module.startswith(w + ".")), None)
+
+
+def test_the_model_wings_import_only_the_shared_modules():
+    graph = _graph()
+    bad = [(m, d) for m, deps in graph.items() if _wing(m) for d in deps
+           if d.startswith("attnlab.models") and _wing(d) not in (None, _wing(m))]
+    bad += [(m, d) for m in SHARED for d in graph.get(m, ()) if _wing(d)]
+    assert not bad, f"a wing of models/ imports another, or a shared module imports a wing: {bad}"
+    for wing in WINGS:                                   # each wing exists and is a package
+        assert (ROOT.parent / wing.replace(".", "/") / "__init__.py").is_file(), wing
+
+
 def test_a_planted_upward_import_is_caught():
     graph = {k: set(v) for k, v in _graph().items()}
     graph["attnlab.core.api"].add("attnlab.inspect.capture")          # core -> inspect

@@ -43,3 +43,16 @@ def test_the_table_and_graph_packages_keep_their_names():
 
     assert GATClassifier is G2 and Graph is Gr2 and FeatureAttentionClassifier is F2
     assert infer_task([0, 1, 1]) == "classification"
+
+
+def test_the_tables_baselines_moved_to_their_wing_and_the_old_path_still_has_them():
+    import warnings
+
+    from attnlab.models.tabular.baselines import tabular_baselines
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("attnlab.models.baselines")
+        assert old.tabular_baselines is tabular_baselines
+        with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+            _ = old.nope

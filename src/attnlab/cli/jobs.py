@@ -328,12 +328,12 @@ def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
     import pandas as pd
     from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
 
-    from attnlab.models.forecast.baselines import tabular_baselines
     from attnlab.models.tabular import (
         FeatureAttentionClassifier,
         FeatureAttentionRegressor,
         task_reason,
     )
+    from attnlab.models.tabular.baselines import tabular_baselines
     from attnlab.plots.tabular import save_feature_attention, save_importance
 
     out = Path(out)

@@ -2,4 +2,5 @@
 
 from attnlab.models._moved import forward
 
-__getattr__ = forward(__name__, "attnlab.models.forecast.baselines")
+__getattr__ = forward(__name__, "attnlab.models.forecast.baselines",
+                      "attnlab.models.tabular.baselines")

@@ -1,9 +1,8 @@
-"""Baselines the applied models are measured against.
-
-Forecasting (the rolling-origin backtest): seasonal naive, naive, drift, statsmodels'
-Holt-Winters ETS, autoregression, ARIMA and Theta, their median combination (the last four
-through :mod:`attnlab.models.forecast.bases`), and MAE / RMSE / MAPE / MASE. Tables: scikit-learn's
-usual first models, a linear one and histogram gradient boosting (:func:`tabular_baselines`)."""
+"""Baselines the forecasters are measured against (the rolling-origin backtest): seasonal
+naive, naive, drift, statsmodels' Holt-Winters ETS, autoregression, ARIMA and Theta, their
+median combination (the last four through :mod:`attnlab.models.forecast.bases`), MAE / RMSE /
+MAPE / MASE, and the Diebold-Mariano test. The tables' baselines are in
+:mod:`attnlab.models.tabular.baselines`."""
 
 from __future__ import annotations
 
@@ -85,35 +84,6 @@ def forecast_errors(actual: np.ndarray, forecast: np.ndarray, scale: float) -> d
     mae = float(np.mean(np.abs(err)))
     return {"MAE": mae, "RMSE": float(np.sqrt(np.mean(err ** 2))), "MAPE": mape,
             "MASE": mae / scale if scale > 0 else math.nan}
-
-
-def tabular_baselines(X, task: str, seed: int = 0) -> dict:
-    """scikit-learn's usual first models: a linear one (Ridge / logistic regression, on
-    standardized numeric and one-hot categorical columns) and HistGradientBoosting."""
-    import pandas as pd
-    from sklearn.compose import ColumnTransformer
-    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
-    from sklearn.linear_model import LogisticRegression, Ridge
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-    from attnlab.models.tabular import is_categorical
-
-    cats = [c for c in X.columns if is_categorical(X[c])] if isinstance(X, pd.DataFrame) else []
-    prep = StandardScaler()
-    if cats:
-        nums = [c for c in X.columns if c not in cats]
-        prep = ColumnTransformer([("num", StandardScaler(), nums),
-                                  ("cat", OneHotEncoder(handle_unknown="ignore"), cats)])
-    # HistGradientBoosting takes categorical columns natively from the pandas category dtype
-    # (categorical_features="from_dtype"); give string columns that dtype first.
-    if task == "classification":
-        linear = ("logistic regression", make_pipeline(prep, LogisticRegression(max_iter=5000)))
-        hgb = HistGradientBoostingClassifier(random_state=seed)
-    else:
-        linear = ("ridge", make_pipeline(prep, Ridge(alpha=1.0)))
-        hgb = HistGradientBoostingRegressor(random_state=seed)
-    return {linear[0]: linear[1], "hist gradient boosting": hgb}
 
 
 def diebold_mariano(loss_a, loss_b, horizon: int = 1) -> tuple[float, float]:
