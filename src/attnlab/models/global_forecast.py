@@ -148,9 +148,9 @@ class GlobalForecaster(BaseEstimator):
         horizon: steps forecast at once, for every series.
         season: the seasonal period shared by the series (12 for monthly), or None.
         lookback: past steps the network reads (default: two seasons, at least the horizon).
-        base: each series' statistical base (:data:`~attnlab.models.forecast.bases.BASES` except
-            ``auto``): ``"theta"`` by default; ``"combination"`` (the median of ETS, ARIMA and
-            Theta) is stronger and slower.
+        base: each series' statistical base, a name of
+            :data:`~attnlab.models.forecast.bases.BASES`: ``"theta"`` by default;
+            ``"combination"`` (the median of ETS, ARIMA and Theta) is stronger and slower.
         encoder, hidden_size, num_layers, nhead, dropout, pool: the network, as in
             :class:`~attnlab.models.forecast.AttentionForecaster`.
         max_epochs, batch_size, lr, weight_decay, patience, clip_norm, seed, device, verbose:
@@ -216,8 +216,8 @@ class GlobalForecaster(BaseEstimator):
                      optional_ints=("lookback", "season"), fractions=("dropout", "holdout"))
         if self.encoder not in ("gru", "lstm", "transformer"):
             raise ValueError(f"encoder must be gru, lstm or transformer, got {self.encoder!r}")
-        if self.base not in BASES or self.base == "auto":
-            allowed = ", ".join(b for b in BASES if b != "auto")
+        if self.base not in BASES:
+            allowed = ", ".join(BASES)
             raise ValueError(f"base must be one of {allowed} (auto's per-series search is "
                              f"AttentionForecaster's), got {self.base!r}")
         if self.pool not in ("attention", "mean"):

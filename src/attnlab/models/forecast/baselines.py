@@ -7,33 +7,30 @@ MAPE / MASE, and the Diebold-Mariano test. The tables' baselines are in
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 
 def seasonal_naive(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
-    """y_hat(T + h) = y(T + h - m * ceil(h / m)): the last season repeated."""
+    """y_hat(T + h) = y(T + h - m * ceil(h / m)): the last season repeated (the
+    ``seasonal_naive`` base)."""
+    from attnlab.models.forecast.bases import SeasonalNaive
+
     m = max(1, season)
     if len(history) < m:
         raise ValueError(f"seasonal naive needs at least one season ({m}) of history, got "
                          f"{len(history)}")
-    last = history[-m:]
-    return np.array([last[h % m] for h in range(horizon)])
+    return SeasonalNaive(m).forecasts(np.asarray(history), np.array([len(history)]),
+                                      horizon)[0]
 
 
 def ets_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
-    """statsmodels Holt-Winters ETS: additive damped trend, additive season when ``season > 1``
-    and two full seasons are available; parameters by maximum likelihood."""
-    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+    """Holt-Winters ETS, the ``ets`` base: additive damped trend, additive season when
+    ``season > 1`` and two full seasons are available; statsmodels' maximum likelihood."""
+    from attnlab.models.forecast.bases import fit_base
 
-    seasonal = "add" if season > 1 and len(history) >= 2 * season else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = ExponentialSmoothing(history, trend="add", damped_trend=True, seasonal=seasonal,
-                                   seasonal_periods=season if seasonal else None,
-                                   initialization_method="estimated").fit()
-        return np.asarray(fit.forecast(horizon))
+    return fit_base("ets", history, season).forecasts(history, np.array([len(history)]),
+                                                       horizon)[0]
 
 
 def ar_forecast(history: np.ndarray, horizon: int, season: int) -> np.ndarray:

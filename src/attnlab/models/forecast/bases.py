@@ -35,8 +35,6 @@ from collections import OrderedDict
 
 import numpy as np
 
-BASES = ("seasonal_naive", "naive", "drift", "ets", "ar", "arima", "theta", "combination",
-         "none", "auto")
 CANDIDATES = ("seasonal_naive", "drift", "ets", "arima", "theta", "combination")
 COMBINED = ("ets", "arima", "theta")
 
@@ -61,6 +59,16 @@ class Base(ABC):
         """The fitted parameters as plain values (saved in config.json)."""
         return {"name": self.name}
 
+    @classmethod
+    def fit(cls, y: np.ndarray, season: int, spec=None) -> "Base":
+        """The base fitted on ``y`` (``spec``: what a refit at another origin keeps)."""
+        return cls()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Base":
+        """The base :meth:`to_dict` wrote."""
+        return cls(**{k: v for k, v in d.items() if k != "name"})
+
 
 class SeasonalNaive(Base):
     """The value one season earlier."""
@@ -69,6 +77,11 @@ class SeasonalNaive(Base):
     def __init__(self, season: int):
         self.m = max(1, int(season))
         self.history = self.m
+
+    @classmethod
+    def fit(cls, y, season, spec=None):
+        """Nothing to estimate: the season's length."""
+        return cls(season)
 
     def forecasts(self, y, ends, horizon, state=None):
         """Forecasts of the next ``horizon`` steps from every window end of ``y``."""
@@ -100,6 +113,11 @@ class Mean(Base):
     def __init__(self, mean: float):
         self.mean = float(mean)
 
+    @classmethod
+    def fit(cls, y, season, spec=None):
+        """The training mean."""
+        return cls(float(np.mean(y)))
+
     def forecasts(self, y, ends, horizon, state=None):
         """Forecasts of the next ``horizon`` steps from every window end of ``y``."""
         return np.full((len(ends), horizon), self.mean)
@@ -123,7 +141,7 @@ class AR(Base):
         self.history = max(self.lags, default=1) + self.diff
 
     @classmethod
-    def fit(cls, y: np.ndarray, season: int) -> "AR":
+    def fit(cls, y: np.ndarray, season: int, spec=None) -> "AR":
         """Fit the autoregression on ``y`` (statsmodels AutoReg); on its first differences when
         the fit on the levels is not stationary (a root of its polynomial on or inside the unit
         circle: it would extrapolate a unit root or exponential growth). A long stationary
@@ -232,11 +250,12 @@ class ARIMA(Base):
         return _ARIMA(y, order=self.order, seasonal_order=self.seasonal_order, trend=self.trend)
 
     @classmethod
-    def fit(cls, y: np.ndarray, season: int, order=None) -> "ARIMA":
+    def fit(cls, y: np.ndarray, season: int, spec=None) -> "ARIMA":
         """d by the ADF test (after a seasonal difference when the season is strong), then
         (p, q) by AIC in {(0,1), (1,0), (1,1), (2,0)}; seasonally differenced, the airline
-        model's MA(1) x seasonal MA(1) (Box & Jenkins), one fit. ``order`` = (p, d, q, D)
+        model's MA(1) x seasonal MA(1) (Box & Jenkins), one fit. ``spec`` = (p, d, q, D)
         skips the search."""
+        order = spec
         from statsmodels.tsa.arima.model import ARIMA as _ARIMA
 
         m = season if season > 1 and len(y) >= 3 * season else 0
@@ -344,7 +363,7 @@ class Theta(Base):
         self.m = len(self.seasons)
 
     @classmethod
-    def fit(cls, y: np.ndarray, season: int) -> "Theta":
+    def fit(cls, y: np.ndarray, season: int, spec=None) -> "Theta":
         """statsmodels ThetaModel (its seasonality test and classical decomposition)."""
         from statsmodels.tsa.forecasting.theta import ThetaModel
 
@@ -411,6 +430,16 @@ class Combination(Base):
         self.parts = list(parts)
         self.history = max(p.history for p in self.parts)
 
+    @classmethod
+    def fit(cls, y, season, spec=None):
+        """ETS, ARIMA and Theta, each fitted on ``y``."""
+        return cls([fit_base(p, y, season) for p in COMBINED])
+
+    @classmethod
+    def from_dict(cls, d):
+        """The components' saved parameters."""
+        return cls([base_from_dict(p) for p in d["parts"]])
+
     def state_before(self, y, t: int):
         """Every component's state."""
         return [p.state_before(y, t) for p in self.parts]
@@ -446,7 +475,7 @@ class ETS(Base):
         self.history = 1
 
     @classmethod
-    def fit(cls, y: np.ndarray, season: int) -> "ETS":
+    def fit(cls, y: np.ndarray, season: int, spec=None) -> "ETS":
         """Fit exponential smoothing on ``y`` (statsmodels ETS); returns self."""
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -545,25 +574,10 @@ def fit_base(name: str, y: np.ndarray, season: int, spec=None) -> Base:
 
 
 def _fit(name: str, y: np.ndarray, season: int, spec) -> Base:
-    if name == "seasonal_naive":
-        return SeasonalNaive(season)
-    if name == "naive":
-        return Naive()
-    if name == "drift":
-        return Drift()
-    if name == "none":
-        return Mean(float(np.mean(y)))
-    if name == "ets":
-        return ETS.fit(y, season)
-    if name == "ar":
-        return AR.fit(y, season)
-    if name == "arima":
-        return ARIMA.fit(y, season, spec)
-    if name == "theta":
-        return Theta.fit(y, season)
-    if name == "combination":
-        return Combination([fit_base(p, y, season) for p in COMBINED])
-    raise ValueError(f"base must be one of {', '.join(BASES)}, got {name!r}")
+    cls = BASES.get(name)
+    if cls is None:
+        raise ValueError(f"base must be one of {', '.join(NAMES)}, got {name!r}")
+    return cls.fit(y, season, spec)
 
 
 def choose_base(y: np.ndarray, season: int, horizon: int, n_origins: int = 3,
@@ -610,24 +624,13 @@ def choose_base(y: np.ndarray, season: int, horizon: int, n_origins: int = 3,
 
 def base_from_dict(d: dict) -> Base:
     """The base :meth:`Base.to_dict` wrote (a saved model's config)."""
-    name = d.get("name")
-    if name == "seasonal_naive":
-        return SeasonalNaive(d["season"])
-    if name == "naive":
-        return Naive()
-    if name == "drift":
-        return Drift()
-    if name == "none":
-        return Mean(d["mean"])
-    if name == "ar":
-        return AR(d["const"], d["lags"], d["coefs"], d.get("diff", 0))
-    if name == "ets":
-        return ETS(d["alpha"], d["beta"], d["gamma"], d["phi"], d["level"], d["trend"],
-                   d["seasons"], d["season"])
-    if name == "arima":
-        return ARIMA(d["order"], d["seasonal_order"], d["trend"], d["params"])
-    if name == "theta":
-        return Theta(d["alpha"], d["b0"], d["seasons"], d["method"], d["x0"])
-    if name == "combination":
-        return Combination([base_from_dict(p) for p in d["parts"]])
-    raise ValueError(f"unknown base {name!r} in the saved model")
+    cls = BASES.get(d.get("name"))
+    if cls is None:
+        raise ValueError(f"unknown base {d.get('name')!r} in the saved model")
+    return cls.from_dict(d)
+
+
+#: Every base by name, one class each; ``auto`` (:func:`choose_base`) picks among them.
+BASES: dict[str, type[Base]] = {cls.name: cls for cls in (
+    SeasonalNaive, Naive, Drift, ETS, AR, ARIMA, Theta, Combination, Mean)}
+NAMES = (*BASES, "auto")

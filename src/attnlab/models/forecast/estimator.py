@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
-from attnlab.models.forecast.bases import BASES, base_from_dict, choose_base, fit_base
+from attnlab.models.forecast.bases import NAMES, base_from_dict, choose_base, fit_base
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
 from attnlab.models.latex import Equations
 from attnlab.models.training import (
@@ -255,8 +255,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         if self.encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got "
                              f"{self.encoder!r}")
-        if self.base not in BASES:
-            raise ValueError(f"base must be one of {', '.join(BASES)}, got {self.base!r}")
+        if self.base not in NAMES:
+            raise ValueError(f"base must be one of {', '.join(NAMES)}, got {self.base!r}")
         if self.pool not in ("attention", "mean"):
             raise ValueError(f"pool must be 'attention' or 'mean', got {self.pool!r}")
         if self.encoder == "transformer" and self.hidden_size % self.nhead:
