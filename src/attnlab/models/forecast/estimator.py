@@ -41,6 +41,15 @@ from sklearn.utils.validation import check_is_fitted
 from attnlab.models import io
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
 from attnlab.models.forecast.bases import NAMES, base_from_dict, choose_base, fit_base
+from attnlab.models.forecast.equations import forecaster_equations
+from attnlab.models.forecast.inputs import (
+    as_exog,
+    as_series,
+    calendar_of,
+    future_rows,
+    plain,
+    steps_between,
+)
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
 from attnlab.models.latex import Equations
 from attnlab.models.training import (
@@ -58,59 +67,6 @@ MIN_OBSERVATIONS = 2
 REFITTED = ("ets", "ar", "arima", "theta", "combination")
 
 
-def _as_series(y, name: str = "y") -> np.ndarray:
-    try:
-        arr = np.asarray(y, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be numbers, got {type(y).__name__} that is not ({err})"
-                         ) from None
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one series (1-D), got shape {arr.shape}; pass one "
-                         "column, other columns go in X")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f"{name} has {bad.size} missing or infinite value(s), first at "
-                         f"position {bad[0]}; fill them (e.g. pandas .interpolate()) or drop "
-                         "them first")
-    return arr
-
-
-def _calendar(y) -> dict | None:
-    """``{"start", "freq"}`` of a pandas series on a regular date index (the first date and the
-    step), else None: what places a later history in the fitted series' season."""
-    import pandas as pd
-
-    index = getattr(y, "index", None)
-    if not isinstance(index, pd.DatetimeIndex) or len(index) < 3:
-        return None
-    freq = index.freqstr
-    if freq is None:
-        import warnings
-
-        with warnings.catch_warnings():      # pandas 3 warns that infer_freq returns an offset
-            warnings.simplefilter("ignore")
-            freq = pd.infer_freq(index)
-    return None if freq is None else {"start": index[0].isoformat(), "freq": str(freq)}
-
-
-def _steps_between(calendar: dict, date) -> int:
-    """Whole steps of ``calendar["freq"]`` from ``calendar["start"]`` to ``date`` (negative
-    before it); a date off the calendar's grid is refused."""
-    import pandas as pd
-
-    a, b = pd.Timestamp(calendar["start"]), pd.Timestamp(date)
-    lo, hi = min(a, b), max(a, b)
-    grid = pd.date_range(lo, hi, freq=calendar["freq"])
-    if len(grid) == 0 or grid[-1] != hi or grid[0] != lo:
-        raise ValueError(f"y starts on {b:%Y-%m-%d %H:%M}, which is not a step of the fitted "
-                         f"series' calendar (every {calendar['freq']} from "
-                         f"{a:%Y-%m-%d %H:%M}); give a history on the same calendar")
-    n = len(grid) - 1
-    return n if b >= a else -n
-
-
 def _conformal(err: np.ndarray, horizon: int, levels) -> dict[str, list[float]]:
     """Split conformal half-widths from absolute errors ``(n, horizon)``: for level q the
     ceil((n + 1) q)-th smallest per step, infinite when n is too small for it."""
@@ -121,49 +77,6 @@ def _conformal(err: np.ndarray, horizon: int, levels) -> dict[str, list[float]]:
         k = int(np.ceil((n + 1) * q - 1e-9))
         out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(horizon, np.inf)).tolist()
     return out
-
-
-def _plain(value):
-    """A base's filter state as JSON values (tuples and arrays to lists)."""
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _future_rows(X_future, horizon: int) -> np.ndarray:
-    """Known-future values for a forecast: one row per fitted horizon step."""
-    arr = np.asarray(X_future, dtype=float)
-    arr = arr[:, None] if arr.ndim == 1 else arr
-    if arr.ndim != 2 or arr.shape[0] != horizon:
-        raise ValueError(f"X_future must have one row per forecast step ({horizon} rows: the "
-                         f"fitted horizon), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise ValueError("X_future has missing or infinite values; known-future columns must "
-                         "be known")
-    return arr
-
-
-def _as_exog(X, n: int, name: str = "X") -> np.ndarray | None:
-    if X is None:
-        return None
-    try:
-        arr = np.asarray(X, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be numeric columns ({err})") from None
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise ValueError(f"{name} must have one row per observation of y ({n}), got shape "
-                         f"{arr.shape}")
-    bad = np.argwhere(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f"{name} has missing or infinite values, first at row {bad[0][0]}, "
-                         f"column {bad[0][1]}; fill or drop them first")
-    return arr
 
 
 class WindowSettings:
@@ -326,10 +239,10 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         known-future ones (calendar, planned promotions, set prices) with the H steps being
         forecast, so :meth:`predict` then needs their values for those steps."""
         self._check_params()
-        self.calendar_ = _calendar(y)
-        y = _as_series(y)
-        X = _as_exog(X, len(y))
-        Xf = _as_exog(X_future, len(y), "X_future")
+        self.calendar_ = calendar_of(y)
+        y = as_series(y)
+        X = as_exog(X, len(y))
+        Xf = as_exog(X_future, len(y), "X_future")
         self.n_future_ = 0 if Xf is None else Xf.shape[1]
         if Xf is not None:
             self.xf_mean_ = Xf.mean(axis=0)
@@ -575,7 +488,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
                              "without a regular date index; give start as a number of steps "
                              "after the fitted series' first observation")
         try:
-            return _steps_between(cal, start)
+            return steps_between(cal, start)
         except (TypeError, ValueError) as err:
             if "calendar" in str(err):
                 raise
@@ -609,8 +522,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             state, base = self.base_state_, None
         else:
             offset = self.start_of(y, start)
-            hist = _as_series(y)
-            xh = _as_exog(X, len(hist))
+            hist = as_series(y)
+            xh = as_exog(X, len(hist))
             state, base = None, None
             if len(hist) < self._history:
                 raise ValueError(f"y has {len(hist)} observations; a forecast reads the last "
@@ -632,7 +545,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
                              f"X must have as many, got "
                              f"{0 if xh is None else xh.shape[1]}")
         n_future = getattr(self, "n_future_", 0)
-        fut = None if X_future is None else _future_rows(X_future, self.horizon)
+        fut = None if X_future is None else future_rows(X_future, self.horizon)
         if n_future and fut is None:
             raise ValueError(f"the model was fitted with {n_future} known-future column(s); "
                              f"pass X_future with their values at the next {self.horizon} "
@@ -672,109 +585,17 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         ``combination`` (:data:`.baselines.BASELINES`), see the
         same history. MASE divides by the in-sample seasonal-naive MAE on ``y[:T_0]``."""
         self._check_params()
-        y = _as_series(y)
-        return rolling_origin(self, y, _as_exog(X, len(y)), n_origins=n_origins, step=step,
+        y = as_series(y)
+        return rolling_origin(self, y, as_exog(X, len(y)), n_origins=n_origins, step=step,
                               baselines=baselines, refit=refit,
-                              X_future=_as_exog(X_future, len(y), "X_future"))
+                              X_future=as_exog(X_future, len(y), "X_future"))
 
     # ---- equations, save / load ---------------------------------------------------------
 
     def equations(self) -> Equations:
         """The fitted model's equations and symbol table
         (:class:`~attnlab.models.latex.Equations`)."""
-        L, H, d = self.effective_lookback, self.horizon, self.hidden_size
-        n_in = getattr(self, "n_features_", 2 + (2 if self.effective_season > 1 else 0))
-        if self.encoder == "transformer":
-            enc = (r"\mathbf{H} = \left[\mathbf{h}_1; \ldots; \mathbf{h}_L\right]",
-                   r"\mathrm{Encoder}_{" + str(self.num_layers) + r"}\left("
-                   r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
-                   f"{L} \\times {d}}}")
-        else:
-            cell = self.encoder.upper()
-            enc = (r"\mathbf{h}_t", r"\mathrm{" + cell + r"}\left(\mathbf{x}_t, "
-                   r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
-                   r"\ldots, " + str(L))
-        n_fut = getattr(self, "n_future_", 0)
-        m = self.effective_season
-        base = getattr(self, "base_name_", None) or (
-            self.base if self.base != "auto" else None)
-        if base == "seasonal_naive" and m > 1:
-            ref = r"y_{L + h - " + str(m) + r" \lceil h / " + str(m) + r" \rceil}"
-        elif base in ("naive", "seasonal_naive"):
-            ref = "y_L"
-        elif base == "none":
-            ref = r"\mu"
-        else:
-            ref = r"\hat{y}^{\mathrm{base}}_{L+h}"
-        lines = [
-            (r"\mathbf{x}_t", r"\left[\frac{y_t - y_L}{s_\Delta}, \frac{y_t - \mu}{\sigma}"
-             + (r", \mathbf{z}_t" if getattr(self, "n_exog_", 0) else "")
-             + (r", \sin\phi_t, \cos\phi_t" if self.effective_season > 1 else "")
-             + r"\right] \in \mathbb{R}^{" + str(n_in) + "}"),
-            enc,
-            (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
-             r"\mathbf{W}_k \mathbf{h}_t + \mathbf{b}_k, \quad \mathbf{v}_t = \mathbf{h}_t"),
-            (r"\alpha_t", r"\frac{\exp\left(\mathbf{q}^\top \mathbf{k}_t / \sqrt{" + str(d)
-             + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
-             r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
-            (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
-            (r"\hat{y}_{L+h}", ref + r" + w \, s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
-             r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L" + (r"; \mathbf{u}" if n_fut else "")
-             + r"] + \mathbf{b}_1\right) + \mathbf{b}_2"
-             r"\right]_h, \quad h = 1, \ldots, " + str(H)),
-        ]
-        if self.pool == "mean":                      # the ablation: uniform weights
-            lines[2:4] = [(r"\alpha_t", r"\frac{1}{" + str(L) + r"}, \quad \mathbf{v}_t = "
-                           r"\mathbf{h}_t")]
-        where = [
-            (r"y_1, \ldots, y_{" + str(L) + "}", f"the last {L} observations (lookback)"),
-            (r"\mu, \sigma", "mean and standard deviation of the training series"),
-            (r"s_\Delta", "standard deviation, over the training windows, of the targets' "
-             "change from the base forecast"),
-            ("w", "weight of the network's correction in [0, 1], chosen by least squares on "
-             "the validation windows"
-             + (f" (fitted: w = {self.shrink_:.2f}"
-                + ("; the forecast is the base alone)" if self.shrink_ == 0 else ")")
-                if hasattr(self, "shrink_") else "")),
-            (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
-             "query and key projections"),
-            (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d}" + r"}, \mathbf{W}_2 "
-             r"\in \mathbb{R}^{" + f"{H} \\times {d}" + "}", "output layer"),
-            (r"\mathbf{b}_q, \mathbf{b}_k, \mathbf{b}_1, \mathbf{b}_2", "bias vectors of the "
-             "query and key projections and of the output layer"),
-        ]
-        if ref == r"\hat{y}^{\mathrm{base}}_{L+h}":
-            what = {"ets": "Holt-Winters ETS (additive damped trend"
-                           + (", additive season" if m > 1 else "") + ")",
-                    "ar": "an AutoReg model with a constant, order by AIC (on first "
-                          "differences when the levels have a unit root)",
-                    "arima": "an ARIMA model (differencing by an ADF test, orders by AIC)",
-                    "theta": "the Theta method (SES with half the linear trend)",
-                    "drift": "the random walk with drift",
-                    "combination": "the median of ETS, ARIMA and Theta"}.get(
-                base, "the candidate base with the lowest error over rolling origins at the "
-                      "end of the training series")
-            where.append((r"\hat{y}^{\mathrm{base}}_{L+h}", f"the h-step forecast of {what}, "
-                          "fitted on the training series (the base the network corrects)"))
-        if n_fut:
-            where.append((r"\mathbf{u}", f"the {n_fut} known-future column(s) at the {H} "
-                          "forecast steps, standardized with their training mean and standard "
-                          f"deviation and flattened ({H * n_fut} values)"))
-        if getattr(self, "n_exog_", 0):
-            where.append((r"\mathbf{z}_t", f"the {self.n_exog_} exogenous (past covariate) "
-                          "column(s) at step t, standardized with their training mean and "
-                          "standard deviation"))
-        if self.effective_season > 1:
-            m = self.effective_season
-            where.append((r"\phi_t", f"\\(\\phi_t = 2\\pi (t \\bmod {m}) / {m}\\), the "
-                          "phase within the season"))
-        if self.encoder == "transformer":
-            where.append((r"\mathbf{X}, \mathbf{W}_{\mathrm{in}}", f"the {L} x {n_in} matrix "
-                          r"whose rows are the \(\mathbf{x}_t\), and the input projection to "
-                          f"size {d}"))
-            where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "
-                          f"Encoder: {self.num_layers} pre-LN layer(s), {self.nhead} heads"))
-        return Equations(f"AttentionForecaster ({self.encoder} encoder)", lines, where)
+        return forecaster_equations(self)
 
     def to_latex(self) -> str:
         """The model's equations with its dimensions, as a LaTeX ``align`` fragment."""
@@ -803,7 +624,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         state["base"] = self.base_.to_dict()
         state["shrink"] = self.shrink_
         state["base_scores"] = self.base_scores_
-        state["base_state"] = _plain(self.base_state_)
+        state["base_state"] = plain(self.base_state_)
         state["interval_widths"] = self.interval_widths_
         state["n_future"] = int(getattr(self, "n_future_", 0))
         state["calendar"] = getattr(self, "calendar_", None)
