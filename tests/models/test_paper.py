@@ -127,6 +127,9 @@ def test_the_paper_command_writes_the_folder(tmp_path, capsys):
                  "--out", str(tmp_path / "p")]) == 0
     names = {p.name for p in (tmp_path / "p").iterdir()}
     assert {"paper.tex", "architecture.png", "attention.png"} <= names
+    # a --quick paper says on every page that its numbers are preliminary
+    tex = (tmp_path / "p" / "paper.tex").read_text()
+    assert r"\pagestyle{fancy}" in tex and "DRAFT: a quick run (15 epochs, 2 seeds)" in tex
     tex = (tmp_path / "p" / "paper.tex").read_text()
     assert r"\subsubsection*{Ablation}" in tex and "Sensitivity" in tex
     assert main(["paper", "--example", "co2", "--lang", "fr"]) == 2

@@ -94,8 +94,12 @@ def paper_cmd(
                     say(f"sensitivity: {key}={v} skipped ({exc})")
             sens[key] = rows
     index = getattr(y, "index", None)
+    draft = {"en": f"a quick run ({epochs} epochs, {n_seeds} seeds); rerun it in full before "
+                   "citing its numbers",
+             "zh": f"快速运行（{epochs} 个训练轮次，{n_seeds} 个随机种子）；引用数字前请完整重跑"
+             } if quick else None
     inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins],
-                         ablation=ab, sensitivity=sens, y=y)
+                         ablation=ab, sensitivity=sens, y=y, draft=draft)
     with jobs.result_folder(out) as d:
         files = write_paper(d, inputs, lang, compile_pdf, bt.model, bt, index, name)
     console.print(f"paper written to {out}/: {', '.join(files)}"

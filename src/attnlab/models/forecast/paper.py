@@ -98,7 +98,9 @@ class PaperInputs:
     ``ablation``: an :class:`~attnlab.models.forecast.ablation.AblationResult` or None;
     ``sensitivity``: ``{setting: [(value, MASE), ...]}`` or None; ``figures``:
     ``{"architecture": file, "attention": file}`` relative to the .tex file;
-    ``origin_labels``: the backtest origins as dates or steps."""
+    ``origin_labels``: the backtest origins as dates or steps; ``draft``: ``{lang: why the
+    numbers are preliminary}`` (e.g. a quick run), printed as a draft mark on every page, or
+    None."""
 
     model: object
     backtest: object
@@ -108,6 +110,7 @@ class PaperInputs:
     ablation: object = None
     sensitivity: dict | None = None
     y: object = None                      # the series, for the forecast-vs-actual figure
+    draft: dict | None = None             # why the numbers are preliminary, per language
 
 
 # ---------------------------------------------------------------------------- symbol check
@@ -301,6 +304,16 @@ def _table(rows, header, caption, cols: str | None = None) -> list[str]:
     return out
 
 
+def _draft_mark(draft: dict | None, lang: str) -> list[str]:
+    """Preamble lines that print a draft notice at the top of every page (fancyhdr)."""
+    if not draft:
+        return []
+    head = ("DRAFT: " if lang == "en" else "草稿：") + escape_tex(draft[lang])
+    return [r"\usepackage{fancyhdr}", r"\pagestyle{fancy}", r"\fancyhf{}",
+            f"\\fancyhead[C]{{\\small\\textbf{{{head}}}}}", r"\fancyfoot[C]{\thepage}",
+            r"\renewcommand{\headrulewidth}{0.4pt}"]
+
+
 def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
     """The document (see the module docstring)."""
     if lang not in LANGS:
@@ -317,8 +330,9 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
     ours = metrics["attention"]["MASE"]
     doc = ([r"\documentclass[11pt]{ctexart}" if lang == "zh" else r"\documentclass[11pt]{article}"]
            + [r"\usepackage{amsmath,amssymb,graphicx,booktabs}",
-              r"\usepackage[margin=2.5cm]{geometry}", r"\begin{document}",
-              f"\\section*{{{t['title']}}}"])
+              r"\usepackage[margin=2.5cm]{geometry}"]
+           + _draft_mark(inp.draft, lang)
+           + [r"\begin{document}", f"\\section*{{{t['title']}}}"])
     w = float(getattr(m, "shrink_", 1.0))
     if w == 0:                          # say first which model forecasts
         doc.append(
