@@ -10,7 +10,7 @@ import pytest
 
 from attnlab.models import AttentionForecaster
 from attnlab.models.forecast.ablation import ablation
-from attnlab.models.forecast.paper import PaperInputs, paper_tex, undefined_symbols
+from attnlab.models.forecast.paper import ENCODER_EN, PaperInputs, paper_tex, undefined_symbols
 from attnlab.models.latex import Equations
 
 FAST = dict(hidden_size=8, max_epochs=6, patience=3, seed=0)
@@ -66,6 +66,9 @@ def test_the_text_is_written_from_the_measurements(measured, lang):
     assert "%" not in tex.replace(r"\%", "")                       # no stray TeX comment
     assert "Diebold" in tex and "AdamW" in tex or "AdamW" in tex and lang == "zh"
     assert f"w = {bt.model.shrink_:.2f}" in tex                     # w in the text and symbols
+    if lang == "en":                                                # the article by sound
+        assert f"; {ENCODER_EN[bt.model.encoder]} encoder" in tex and "an GRU" not in tex
+        assert ENCODER_EN["gru"] == "a GRU" and ENCODER_EN["lstm"] == "an LSTM"
     # without an ablation or a sensitivity run, those sections are left out, not claimed
     bare = paper_tex(PaperInputs(bt.model, bt, "demo", labels), lang)
     assert bare.count(r"\begin{table}") == 3

@@ -304,6 +304,10 @@ def _table(rows, header, caption, cols: str | None = None) -> list[str]:
     return out
 
 
+# the article by sound: "a GRU" (gee), "an LSTM" (el)
+ENCODER_EN = {"gru": "a GRU", "lstm": "an LSTM", "transformer": "a Transformer"}
+
+
 def _draft_mark(draft: dict | None, lang: str) -> list[str]:
     """Preamble lines that print a draft notice at the top of every page (fancyhdr)."""
     if not draft:
@@ -390,7 +394,7 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
     if lang == "en":
         doc.append(
             f"Each forecast reads the last $L = {L}$ observations. Every step $t$ becomes a "
-            f"feature vector $\\mathbf{{x}}_t$; an {m.encoder.upper()} encoder turns them into "
+            f"feature vector $\\mathbf{{x}}_t$; {ENCODER_EN[m.encoder]} encoder turns them into "
             f"states $\\mathbf{{h}}_t$ of size {d}. The query is built from the last state, the "
             "keys from every state by a linear map, and the values are the states themselves; "
             "the attention output $\\mathbf{c}$ and the last state feed a two-layer output "
