@@ -74,7 +74,7 @@ def _baselines(x, h, m):
 def run_group(series, m: int, jobs: int, base: str, epochs: int) -> dict:
     from joblib import Parallel, delayed
 
-    from attnlab.models.global_forecast import GlobalForecaster
+    from attnlab.models.forecast.global_model import GlobalForecaster
 
     h = int(series[0].h)
     xs = [np.asarray(s.x, dtype=float) for s in series]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.models.forecast import AttentionForecaster, BacktestResult
-from attnlab.models.global_forecast import GlobalForecaster
+from attnlab.models.forecast.global_model import GlobalForecaster
 from attnlab.models.graph import GATClassifier, Graph
 from attnlab.models.seq2seq import ReversalSeq2Seq
 from attnlab.models.spatiotemporal import SpatioTemporalForecaster

@@ -1,7 +1,9 @@
 """Forecasting: the hybrid of a statistical base and an attention network, for one series
-(:class:`AttentionForecaster`) or many (:class:`~attnlab.models.global_forecast.GlobalForecaster`).
+(:class:`AttentionForecaster`) or many (:class:`GlobalForecaster`).
 
 * ``estimator``: :class:`AttentionForecaster` (fit, predict, intervals, save / load);
+* ``global_model``: :class:`GlobalForecaster`, one network across many series;
+* ``inputs``, ``equations``: the estimator's input checks and its equations;
 * ``bases``: the statistical bases it corrects (fixed parameters, any history);
 * ``baselines``: the traditional methods it is compared with, and the error measures;
 * ``backtest``: rolling-origin evaluation; ``ablation``: base alone, + attention, + mean
@@ -12,5 +14,7 @@
 
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
 from attnlab.models.forecast.estimator import AttentionForecaster, WindowSettings
+from attnlab.models.forecast.global_model import GlobalForecaster
 
-__all__ = ["AttentionForecaster", "BacktestResult", "WindowSettings", "rolling_origin"]
+__all__ = ["AttentionForecaster", "BacktestResult", "GlobalForecaster", "WindowSettings",
+           "rolling_origin"]
