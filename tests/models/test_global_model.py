@@ -102,3 +102,18 @@ def test_bad_params_are_named():
         GlobalForecaster(2, base="auto").fit(_panel(k=2))
     with pytest.raises(ValueError, match="h must be an int in 1..3"):
         GlobalForecaster(3, base="naive", lookback=6, max_epochs=1).fit(_panel(k=3)).predict(5)
+
+
+def test_save_and_load_give_the_same_forecasts(tmp_path):
+    from attnlab.models import load
+
+    Y = _panel(k=5, n=40)
+    dates = pd.date_range("2015-01-01", periods=40, freq="MS")
+    Y = {f"u{i}": pd.Series(y, index=dates) for i, y in enumerate(Y)}
+    Y["tiny"] = pd.Series([5.0, 6, 7, 6, 5, 6], index=dates[:6])
+    g = GlobalForecaster(6, season=12, base="theta", lookback=12, max_epochs=3).fit(Y)
+    h = load(g.save(tmp_path / "m"))
+    assert isinstance(h, GlobalForecaster) and h.notes_ == g.notes_
+    a, b = g.predict(), h.predict()
+    assert a.equals(b) or np.allclose(a.forecast, b.forecast) and (a.ds == b.ds).all()
+    assert not list(tmp_path.glob("*.pkl")) and (tmp_path / "m" / "model.safetensors").is_file()

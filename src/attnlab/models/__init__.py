@@ -16,7 +16,8 @@ from attnlab.models.spatiotemporal import SpatioTemporalForecaster
 from attnlab.models.tabular import FeatureAttentionClassifier, FeatureAttentionRegressor
 from attnlab.models.training import TrainConfig, TrainHistory, train
 
-ESTIMATORS = {cls.__name__: cls for cls in (AttentionForecaster, FeatureAttentionClassifier,
+ESTIMATORS = {cls.__name__: cls for cls in (AttentionForecaster, GlobalForecaster,
+                                            FeatureAttentionClassifier,
                                             FeatureAttentionRegressor, GATClassifier)}
 
 
