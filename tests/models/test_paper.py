@@ -10,7 +10,13 @@ import pytest
 
 from attnlab.models import AttentionForecaster
 from attnlab.models.forecast.ablation import ablation
-from attnlab.models.forecast.paper import ENCODER_EN, PaperInputs, paper_tex, undefined_symbols
+from attnlab.models.forecast.paper import (
+    ENCODER_EN,
+    PaperInputs,
+    paper_tex,
+    pooling_verdict,
+    undefined_symbols,
+)
 from attnlab.models.latex import Equations
 
 FAST = dict(hidden_size=8, max_epochs=6, patience=3, seed=0)
@@ -66,6 +72,12 @@ def test_the_text_is_written_from_the_measurements(measured, lang):
     assert "%" not in tex.replace(r"\%", "")                       # no stray TeX comment
     assert "Diebold" in tex and "AdamW" in tex or "AdamW" in tex and lang == "zh"
     assert f"w = {bt.model.shrink_:.2f}" in tex                     # w in the text and symbols
+    # two seeds cannot tell attention from mean pooling: said, not claimed either way
+    assert ("within noise: 2 seeds are too few for a test" in tex if lang == "en" else
+            "2 个随机种子不足以做检验" in tex)
+    assert "attention helps here" not in tex and "此处注意力有效" not in tex
+    # the strength or weakness against the best baseline carries its Diebold-Mariano p
+    assert "Diebold--Mariano $p = " in tex.split(r"\subsection*")[-1] or lang == "zh"
     if lang == "en":                                                # the article by sound
         assert f"; {ENCODER_EN[bt.model.encoder]} encoder" in tex and "an GRU" not in tex
         assert ENCODER_EN["gru"] == "a GRU" and ENCODER_EN["lstm"] == "an LSTM"
@@ -181,3 +193,32 @@ def test_every_estimators_equations_define_their_symbols():
         assert undefined_symbols(est.equations()) == set(), type(est).__name__
     tex = reg.to_latex()                                           # one categorical column
     assert r"\quad j = 2" in tex and r"j = 2, \ldots, 2" not in tex
+
+
+def test_a_difference_in_the_ablation_is_claimed_only_with_a_test():
+    from types import SimpleNamespace
+
+    def ab(att, mean):
+        return SimpleNamespace(mase={"base + attention": att, "base + mean pooling": mean},
+                               seeds=list(range(len(att))))
+
+    assert pooling_verdict(ab([1.336, 1.330], [1.338, 1.332])) == ("few", None)
+    verdict, p = pooling_verdict(ab([1.336, 1.330, 1.341, 1.333, 1.339],
+                                    [1.338, 1.329, 1.340, 1.336, 1.337]))
+    assert verdict == "noise" and p > 0.05
+    verdict, p = pooling_verdict(ab([1.20, 1.21, 1.19, 1.22, 1.20],
+                                    [1.30, 1.32, 1.29, 1.31, 1.30]))
+    assert verdict == "better" and p < 0.001
+
+
+def test_coverage_far_from_nominal_is_commented(measured):
+    import copy
+
+    bt, _, _, labels = measured
+    low = copy.copy(bt)
+    lo80, hi80 = bt.intervals[0.8]
+    mid = (lo80 + hi80) / 2
+    low.intervals = {0.8: (mid - 1e-9, mid + 1e-9), **{q: v for q, v in bt.intervals.items()
+                                                        if q != 0.8}}
+    tex = paper_tex(PaperInputs(bt.model, low, "demo", labels), "en")
+    assert r"The 80\% interval is too narrow here" in tex

@@ -441,11 +441,12 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
                 f"\\caption{{{t['fig_bt']}}}", r"\end{figure}"]
     cover = inp.backtest.coverage() if hasattr(inp.backtest, "coverage") else {}
     if cover:
-        doc.append(("At the held-out origins the 80\\% interval covered "
-                    f"{_pct(cover.get(0.8, float('nan')))} of the actual values and the 95\\% "
-                    f"interval {_pct(cover.get(0.95, float('nan')))}.") if lang == "en" else
-                   (f"在留出的预测起点上，80\\% 区间覆盖了 {_pct(cover.get(0.8, float('nan')))} "
-                    f"的实际值，95\\% 区间覆盖了 {_pct(cover.get(0.95, float('nan')))}。"))
+        doc.append((("At the held-out origins the 80\\% interval covered "
+                     f"{_pct(cover.get(0.8, float('nan')))} of the actual values and the 95\\% "
+                     f"interval {_pct(cover.get(0.95, float('nan')))}.") if lang == "en" else
+                    (f"在留出的预测起点上，80\\% 区间覆盖了 {_pct(cover.get(0.8, float('nan')))} "
+                     f"的实际值，95\\% 区间覆盖了 {_pct(cover.get(0.95, float('nan')))}。"))
+                   + _coverage_comment(cover, np.asarray(inp.backtest.actual).size, lang))
     verdict_en = ("at or below" if ours <= metrics[best]["MASE"] else "above")
     if lang == "en":
         doc.append(f"This model's MASE is {ours:.3f}, {verdict_en} the best baseline "
@@ -473,18 +474,25 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
         att, mean_pool = s["base + attention"]["mean"], s["base + mean pooling"]["mean"]
         nobase = s["network, no base"]["mean"]
         alone = s[f"base alone ({ab.base})"]["mean"]
+        verdict, pv = pooling_verdict(ab)
+        n = len(ab.seeds)
+        ptxt = "" if pv is None else (f"{pv:.2f}" if verdict == "noise" else f"{pv:.3f}")
         if lang == "en":
-            doc.append(
-                f"Attention against mean pooling: {att:.3f} against {mean_pool:.3f} "
-                + ("(attention helps here)." if att < mean_pool else
-                   "(attention does not help here).")
-                + f" The base alone scores {alone:.3f} and the network without a base "
-                f"{nobase:.3f}.")
+            said = (f"within noise: {n} seeds are too few for a test" if verdict == "few" else
+                    f"within noise (paired t-test over {n} seeds, $p = {ptxt}$)"
+                    if verdict == "noise" else
+                    f"attention is {verdict} (paired t-test over {n} seeds, $p = {ptxt}$)")
+            doc.append(f"Attention against mean pooling: {att:.3f} against {mean_pool:.3f}, "
+                       f"{said}. The base alone scores {alone:.3f} and the network without a "
+                       f"base {nobase:.3f}.")
         else:
-            doc.append(
-                f"注意力与平均池化相比：{att:.3f} 对 {mean_pool:.3f}"
-                + ("（此处注意力有效）。" if att < mean_pool else "（此处注意力无改进）。")
-                + f"仅用基准模型为 {alone:.3f}，不用基准的网络为 {nobase:.3f}。")
+            said = (f"差异在噪声范围内：{n} 个随机种子不足以做检验" if verdict == "few" else
+                    f"差异在噪声范围内（{n} 个种子的配对 t 检验，$p = {ptxt}$）"
+                    if verdict == "noise" else
+                    f"注意力{'更好' if verdict == 'better' else '更差'}（{n} 个种子的配对 t 检验，"
+                    f"$p = {ptxt}$）")
+            doc.append(f"注意力与平均池化相比：{att:.3f} 对 {mean_pool:.3f}，{said}。"
+                       f"仅用基准模型为 {alone:.3f}，不用基准的网络为 {nobase:.3f}。")
     if inp.sensitivity:
         doc.append(f"\\subsubsection*{{{t['sensitivity']}}}")
         rows = [(escape_tex(k), str(v), f"{e:.3f}") for k, vals in inp.sensitivity.items()
@@ -537,6 +545,57 @@ def _estimation(m, lang: str, t: dict) -> list[str]:
             eq, f"The fit gave $w = {w:.2f}$."]
 
 
+def pooling_verdict(ablation) -> tuple[str, float | None]:
+    """Whether attention pooling differs from mean pooling in an ablation: ``("better" |
+    "worse" | "noise" | "few", p)`` from a paired t-test over the seeds (``few``: fewer than 3
+    seeds, no test; ``noise``: p >= 0.05). A difference is claimed only with a test."""
+    from scipy.stats import ttest_rel
+
+    a = np.asarray(ablation.mase["base + attention"], dtype=float)
+    b = np.asarray(ablation.mase["base + mean pooling"], dtype=float)
+    if len(a) < 3 or len(a) != len(b):
+        return "few", None
+    if np.allclose(a, b):
+        return "noise", 1.0
+    p = float(ttest_rel(a, b).pvalue)
+    if p >= 0.05:
+        return "noise", p
+    return ("better" if a.mean() < b.mean() else "worse"), p
+
+
+def _dm_p(inp: PaperInputs, best: str) -> float | None:
+    """The Diebold-Mariano p-value of the model against ``best`` on the per-origin errors."""
+    from attnlab.models.forecast.baselines import diebold_mariano
+
+    bt = inp.backtest
+    actual = np.asarray(bt.actual, dtype=float)
+    if len(actual) < 3 or best not in bt.forecasts:
+        return None
+    ours = np.abs(np.asarray(bt.forecasts["attention"]) - actual).mean(1)
+    theirs = np.abs(np.asarray(bt.forecasts[best]) - actual).mean(1)
+    return float(diebold_mariano(ours, theirs)[1])
+
+
+def _coverage_comment(cover: dict, n: int, lang: str) -> str:
+    """A sentence for each level whose coverage over ``n`` test values is off its nominal
+    level beyond chance (a two-sided binomial test at 5%)."""
+    from scipy.stats import binomtest
+
+    out = []
+    for q, c in sorted(cover.items()):
+        if not np.isfinite(c) or n < 1 or binomtest(round(c * n), n, q).pvalue >= 0.05:
+            continue
+        narrow = c < q
+        if lang == "en":
+            out.append(f" The {_pct(q)} interval is too {'narrow' if narrow else 'wide'} here: "
+                       f"its widths come from held-out errors "
+                       f"{'smaller' if narrow else 'larger'} than the test period's.")
+        else:
+            out.append(f"{_pct(q)} 区间在此{'偏窄' if narrow else '偏宽'}：其宽度来自的留出误差"
+                       f"{'小于' if narrow else '大于'}测试期的误差。")
+    return "".join(out)
+
+
 def _spread(inp: PaperInputs, best: str, lang: str, t: dict) -> list[str]:
     """Per-origin MASE of the model and the best baseline, and a Diebold-Mariano test."""
     from attnlab.models.forecast.baselines import diebold_mariano
@@ -580,15 +639,22 @@ def _strengths(inp: PaperInputs, best: str, lang: str, t: dict) -> list[str]:
     w = float(getattr(m, "shrink_", 1.0))
     good, bad = [], []
     en = lang == "en"
+    p = _dm_p(inp, best)
+    test = ("" if p is None else
+            (f" (Diebold--Mariano $p = {p:.3f}$" + (": not a significant difference)"
+                                                   if p >= 0.05 else ")")) if en else
+            (f"（Diebold--Mariano 检验 $p = {p:.3f}$" + ("，差异不显著）" if p >= 0.05
+                                                      else "）")))
     if ours <= theirs:
         good.append(f"its MASE ({ours:.3f}) is at or below the best baseline's, "
-                    f"{_method(best, lang)} ({theirs:.3f})"
+                    f"{_method(best, lang)} ({theirs:.3f}){test}"
                     if en else
-                    f"MASE（{ours:.3f}）不高于最佳基准{_method(best, lang)}（{theirs:.3f}）")
+                    f"MASE（{ours:.3f}）不高于最佳基准{_method(best, lang)}（{theirs:.3f}）{test}")
     else:
         bad.append(f"its MASE ({ours:.3f}) is above the best baseline's, "
-                   f"{_method(best, lang)} ({theirs:.3f})" if en
-                   else f"MASE（{ours:.3f}）高于最佳基准{_method(best, lang)}（{theirs:.3f}）")
+                   f"{_method(best, lang)} ({theirs:.3f}){test}" if en
+                   else f"MASE（{ours:.3f}）高于最佳基准{_method(best, lang)}（{theirs:.3f}）"
+                   f"{test}")
     good.append("the correction is kept only as far as it helps on held-out windows that "
                 "neither trained nor stopped the network (the least-squares $w$), and $w = 0$ "
                 "falls back to the base" if en else
@@ -599,13 +665,19 @@ def _strengths(inp: PaperInputs, best: str, lang: str, t: dict) -> list[str]:
                    else "在该序列上注意力网络没有贡献（$w = 0$）")
     ab = inp.ablation
     if ab is not None:
-        s = ab.summary()
-        if s["base + attention"]["mean"] >= s["base + mean pooling"]["mean"]:
-            bad.append("attention pooling does not beat mean pooling in the ablation" if en
-                       else "消融实验中注意力池化未优于平均池化")
+        verdict, pv = pooling_verdict(ab)
+        if verdict == "better":
+            good.append(f"attention pooling beats mean pooling in the ablation (paired t-test, "
+                        f"$p = {pv:.3f}$)" if en else
+                        f"消融实验中注意力池化优于平均池化（配对 t 检验，$p = {pv:.3f}$）")
+        elif verdict == "worse":
+            bad.append(f"attention pooling is worse than mean pooling in the ablation (paired "
+                       f"t-test, $p = {pv:.3f}$)" if en else
+                       f"消融实验中注意力池化劣于平均池化（配对 t 检验，$p = {pv:.3f}$）")
         else:
-            good.append("attention pooling beats mean pooling in the ablation" if en
-                        else "消融实验中注意力池化优于平均池化")
+            bad.append("the ablation cannot tell attention pooling from mean pooling "
+                       f"({len(ab.seeds)} seeds)" if en else
+                       f"消融实验无法区分注意力池化与平均池化（{len(ab.seeds)} 个种子）")
     bad.append("a network costs seconds to minutes to fit where the statistical methods take "
                "milliseconds" if en else "网络的拟合耗时为秒到分钟级，统计方法仅需毫秒级")
     head = ("Strengths" if en else "优点"), ("Weaknesses" if en else "缺点")
