@@ -67,7 +67,7 @@ MIN_OBSERVATIONS = 2
 REFITTED = ("ets", "ar", "arima", "theta", "combination")
 
 
-def _conformal(err: np.ndarray, horizon: int, levels) -> dict[str, list[float]]:
+def conformal_widths(err: np.ndarray, horizon: int, levels) -> dict[str, list[float]]:
     """Split conformal half-widths from absolute errors ``(n, horizon)``: for level q the
     ceil((n + 1) q)-th smallest per step, infinite when n is too small for it."""
     n = len(err)
@@ -354,7 +354,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         ends = np.arange(max(1, self.base_.history), len(y) - H + 1)
         err = (np.abs(y[ends[:, None] + np.arange(H)] - self._reference(y, ends))
                if len(ends) else np.zeros((0, H)))
-        self.interval_widths_ = _conformal(err, H, self.LEVELS)
+        self.interval_widths_ = conformal_widths(err, H, self.LEVELS)
         self.n_calibration_ = int(len(err))
         self.y_tail_ = y[-self._history:].copy()
         self.base_state_ = self.base_.state_before(y, len(y) - len(self.y_tail_))
@@ -394,7 +394,7 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         self.net_.eval()
         err = ((self.net_(*val_data[:-1])[0] - val_data[-1]).abs().double().cpu().numpy()
                * self.dscale_)                                               # (n, H)
-        return _conformal(err, self.horizon, self.LEVELS)
+        return conformal_widths(err, self.horizon, self.LEVELS)
 
     def interval_bounds(self, forecast) -> dict[float, tuple[np.ndarray, np.ndarray]]:
         """``{level: (lower, upper)}`` around a forecast this model made: the split-conformal

@@ -45,6 +45,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models.forecast.bases import BASES, fit_base
+from attnlab.models.forecast.estimator import conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
 from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
 
@@ -366,13 +367,7 @@ class GlobalForecaster(BaseEstimator):
             return {f"{q:g}": [float("inf")] * H for q in LEVELS}, 0
         self.net_.eval()
         err = (self.net_(cal[0], cal[1])[0] - cal[2]).abs().double().cpu().numpy()
-        n = len(err)
-        srt = np.sort(err, axis=0)
-        out = {}
-        for q in LEVELS:
-            k = int(np.ceil((n + 1) * q - 1e-9))
-            out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(H, np.inf)).tolist()
-        return out, n
+        return conformal_widths(err, H, LEVELS), len(err)
 
     @torch.no_grad()
     def forecast_arrays(self) -> tuple[np.ndarray, dict[float, tuple[np.ndarray, np.ndarray]]]:
