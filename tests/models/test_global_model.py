@@ -63,6 +63,12 @@ def test_the_long_format_round_trips_with_dates():
     assert list(a.columns) == ["unique_id", "ds", "forecast", "lower_80", "upper_80",
                                "lower_95", "upper_95"]
     assert (a.groupby("unique_id")["ds"].first() == pd.Timestamp("2018-05-01")).all()
+    # dates written as text (a CSV read without parse_dates) are read as dates
+    text = long.assign(ds=long["ds"].dt.strftime("%Y-%m-%d"))
+    c = GlobalForecaster(6, **kw).fit(text).predict()
+    assert (c.groupby("unique_id")["ds"].first() == pd.Timestamp("2018-05-01")).all()
+    with pytest.raises(ValueError, match="column ds holds text that is not dates"):
+        GlobalForecaster(6, **kw).fit(long.assign(ds="soon"))
     # the same series as a dict of date-indexed series: the same forecasts
     b = GlobalForecaster(6, **kw).fit({u: pd.Series(y, index=dates) for u, y in zip(ids, series)}
                                       ).predict()

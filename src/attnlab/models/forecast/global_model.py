@@ -65,7 +65,14 @@ def as_panel(Y, name: str = "Y") -> tuple[list, list[np.ndarray], list]:
                              f"(the long format); it lacks {missing}. Rename its columns, or "
                              "pass a list or dict of series")
         ids, series, dates = [], [], []
-        for uid, part in Y.groupby("unique_id", sort=False):
+        if not pd.api.types.is_datetime64_any_dtype(Y["ds"]) and not \
+                pd.api.types.is_numeric_dtype(Y["ds"]):
+            try:                                     # dates written as text, e.g. from a CSV
+                Y = Y.assign(ds=pd.to_datetime(Y["ds"]))
+            except (ValueError, TypeError):
+                raise ValueError(f"{name}: column ds holds text that is not dates (first "
+                                 f"{Y['ds'].iloc[0]!r}); give dates, or step numbers") from None
+        for uid, part in Y.groupby("unique_id", sort=False, observed=True):
             part = part.sort_values("ds")
             if part["ds"].duplicated().any():
                 dup = part["ds"][part["ds"].duplicated()].iloc[0]
