@@ -23,6 +23,9 @@ def fit_forecast_cmd(
     target: Optional[str] = typer.Option(None, help="Column of --csv to forecast."),
     time: Optional[str] = typer.Option(None, help="Date column of --csv (rows are sorted by it)."),
     exog: Optional[str] = typer.Option(None, help="Comma-separated past-covariate columns."),
+    id: Optional[str] = typer.Option(None, "--id", help="Column naming the series of a long "
+                                     "CSV (many series): one network across all of them, "
+                                     "each with its own statistical base."),
     future: Optional[str] = typer.Option(None, help="Comma-separated known-future covariate "
                                          "columns (holidays, promotions, prices set ahead); "
                                          "the rows after the last value of --target, left "
@@ -55,6 +58,38 @@ def fit_forecast_cmd(
     from attnlab.models import datasets
 
     F = F_ahead = None
+    if id is not None:
+        if csv is None or target is None or example is not None:
+            raise UsageError("--id needs --csv F --target COL (a long file: one row per "
+                             "series and step)")
+        if exog or future or refit or origins is not None:
+            raise UsageError("--exog, --future, --refit and --origins are for one series; "
+                             "with --id the last --horizon values of each series are held out")
+        import pandas as pd
+
+        long = readers.panel_from_csv(csv, target, time, id)
+        if season is None and time is not None:
+            first = long[long.unique_id == long.unique_id.iloc[0]]
+            season = readers.season_of(pd.DatetimeIndex(first.ds.sort_values()))
+            if season is not None:
+                console.print(f"--season {season} inferred from the dates of --time {time!r}; "
+                              "pass --season to change it")
+        horizon = horizon or (season or 12)
+        with working("many series: held-out evaluation, then the final model"):
+            m = jobs.fit_global(long, out, horizon=horizon, season=season,
+                                base="theta" if base == "auto" else base, say=say,
+                                encoder=encoder, max_epochs=max_epochs, seed=seed,
+                                lookback=lookback)
+        table = Table(title=f"{m['series']} series: the last {horizon} values held out",
+                      title_justify="left")
+        for col in ("method", "sMAPE %", "MASE", "series"):
+            table.add_column(col, justify="left" if col == "method" else "right")
+        for method, v in sorted(m["held_out"].items(), key=lambda kv: kv[1]["MASE"]):
+            table.add_row(method, f"{v['sMAPE']:.2f}", f"{v['MASE']:.3f}", str(v["series"]))
+        console.print(table)
+        console.print(f"results written to {out}/: "
+                      + ", ".join(Path(p).name for p in m["files"]))
+        return
     if example is not None:
         if csv is not None:
             raise UsageError("give either --csv or --example, not both")

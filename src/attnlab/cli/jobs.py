@@ -320,6 +320,67 @@ def _future_index(index, horizon: int) -> list[str] | None:
 
 
 
+def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None,
+               base: str = "theta", say: Say = _quiet, **params) -> dict:
+    """Many series in one long frame: hold out each series' last ``horizon`` values and score
+    the global forecaster against seasonal naive, ETS and Theta there (sMAPE, MASE, interval
+    coverage), then fit on every value and write the forecasts, the model and the metrics."""
+    from attnlab.models.forecast.bases import fit_base
+    from attnlab.models.forecast.global_model import GlobalForecaster, as_panel
+
+    out = Path(out)
+    check_out(out)
+    ids, series, _ = as_panel(long, "--csv")
+    m = season or 1
+    held = [i for i, y in enumerate(series) if len(y) >= horizon + max(2 * m, 4)]
+    say(f"{len(series)} series; held-out evaluation on the last {horizon} values of the "
+        f"{len(held)} long enough for it")
+    scores: dict[str, list[tuple[float, float]]] = {}
+    cover = {}
+    if held:
+        train = {ids[i]: series[i][:-horizon] for i in held}
+        g = GlobalForecaster(horizon, season=season, base=base, **params).fit(train)
+        fc, bounds = g.forecast_arrays()
+        test = np.stack([series[i][-horizon:] for i in held])
+        cover = {f"{q:g}": float(((test >= lo) & (test <= hi)).mean())
+                 for q, (lo, hi) in bounds.items()}
+        for j, i in enumerate(held):
+            x, y = series[i][:-horizon], test[j]
+            made = {"global forecaster": fc[j]}
+            for name in ("seasonal_naive", "ets", "theta"):
+                try:
+                    b = fit_base(name, x, m if len(x) >= m else 1)
+                    made[name] = b.forecasts(x, np.array([len(x)]), horizon)[0]
+                except (ValueError, np.linalg.LinAlgError):
+                    continue
+            k = m if len(x) > m else 1
+            scale = float(np.mean(np.abs(x[k:] - x[:-k]))) or 1.0
+            for name, f in made.items():
+                smape = float(np.mean(200 * np.abs(y - f) / np.maximum(np.abs(y) + np.abs(f),
+                                                                       1e-12)))
+                scores.setdefault(name, []).append((smape, float(np.mean(np.abs(y - f)))
+                                                    / scale))
+    evaluation = {name: {"sMAPE": float(np.mean([a for a, _ in v])),
+                         "MASE": float(np.mean([b for _, b in v])), "series": len(v)}
+                  for name, v in scores.items()}
+    say("fitting on every value")
+    model = GlobalForecaster(horizon, season=season, base=base, **params).fit(long)
+    for note in model.notes_:
+        say(note)
+    frame = model.predict()
+    metrics = {"series": len(series), "horizon": horizon, "season": season, "base": base,
+               "held_out": evaluation, "coverage_held_out": cover,
+               "network_weight_w": model.shrink_, "notes": model.notes_}
+    with result_folder(out) as d:
+        write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        write_text_atomic(d / "forecast.csv", frame.assign(
+            ds=[v.strftime("%Y-%m-%d") if hasattr(v, "strftime") else v for v in frame.ds]
+        ).to_csv(index=False))
+        model.save(d / "model")
+    metrics["files"] = [str(out / n) for n in ("metrics.json", "forecast.csv", "model")]
+    return metrics
+
+
 # ---- tables ---------------------------------------------------------------------------------
 
 def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
@@ -451,6 +512,16 @@ def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
     from attnlab.models.forecast import AttentionForecaster
 
     model = load(model_dir)
+    if type(model).__name__ == "GlobalForecaster":
+        if csv is not None or exog or future:
+            raise ValueError("a global forecaster predicts the series it was fitted on; give "
+                             "--model only (refit with `attnlab fit forecast --id` for new "
+                             "data)")
+        frame = model.predict(horizon)
+        frame["ds"] = [v.strftime("%Y-%m-%d") if hasattr(v, "strftime") else v
+                       for v in frame["ds"]]
+        path = write_text_atomic(out_csv, frame.to_csv(index=False))
+        return path, len(frame)
     if isinstance(model, AttentionForecaster):
         h = model.horizon if horizon is None else horizon
         if h > 100 * model.horizon:

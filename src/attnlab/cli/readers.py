@@ -202,6 +202,39 @@ def season_of(index) -> int | None:
     return SEASONS.get(unit) if steps and set(steps) == {1} else None
 
 
+def panel_from_csv(path, target: str, time: str | None, id_column: str):
+    """A long frame ``unique_id, ds, y`` from ``--csv`` with one row per series and step
+    (``--id`` names the series, ``--time`` the dates; rows in file order without it).
+    Refused: a missing column, a value that is not a number, a date repeated within a
+    series."""
+    import pandas as pd
+
+    df = read_csv(path)
+    for col, flag in ((target, "--target"), (id_column, "--id")) + (
+            ((time, "--time"),) if time else ()):
+        require_column(df, col, flag, path)
+    y = pd.to_numeric(df[target], errors="coerce")
+    bad = y.isna() & df[target].notna()
+    if bad.any():
+        raise ValueError(f"--target column {target!r} has non-numeric values, first "
+                         f"{df[target][bad].iloc[0]!r}; clean the column first")
+    if y.isna().any():
+        row = int(y.isna().to_numpy().argmax()) + 2
+        raise ValueError(f"--target column {target!r} is empty at line {row} of "
+                         f"{str(path)!r}; fill or drop the row")
+    if time:
+        ds = _parse_dates(df[time], time)
+    else:
+        ds = df.groupby(id_column, sort=False).cumcount()
+    long = pd.DataFrame({"unique_id": df[id_column].astype(str), "ds": ds, "y": y})
+    dup = long.duplicated(["unique_id", "ds"])
+    if dup.any():
+        r = long[dup].iloc[0]
+        raise ValueError(f"series {r['unique_id']!r} of {str(path)!r} repeats the time "
+                         f"{r['ds']}; keep one row per series and step")
+    return long
+
+
 MAX_CATEGORIES = 255          # scikit-learn's HistGradientBoosting takes at most 255 levels
 
 

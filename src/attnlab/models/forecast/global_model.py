@@ -308,6 +308,14 @@ class GlobalForecaster(BaseEstimator):
         self.shrink_ = self._shrink(data["cal"])
         self.network_in_use_ = self.shrink_ > 0
         self.interval_widths_, self.n_calibration_ = self._calibrate(data["cal"])
+        for key, widths in self.interval_widths_.items():
+            q = float(key)
+            if not np.isfinite(np.asarray(widths)).any():
+                need = int(np.ceil(q / (1 - q) - 1e-9))
+                self.notes_.append(
+                    f"the {q:.0%} interval is unbounded (-inf, inf): {self.n_calibration_} "
+                    f"held-out series calibrate it and a {q:.0%} bound needs at least {need}; "
+                    "give more series or a larger holdout")
         return self
 
     def _fit_bases(self) -> None:
