@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.core.api import attention
+from attnlab.models._params import keyword_only_after_first
 from attnlab.models.forecast import WindowSettings
 from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
 
@@ -71,7 +72,8 @@ class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
             patience, clip_norm, seed, device, verbose: as for ``AttentionForecaster``.
     """
 
-    def __init__(self, horizon: int = 12, lookback: int | None = None,
+    @keyword_only_after_first
+    def __init__(self, horizon: int = 12, *, lookback: int | None = None,
                  season: int | None = None, hidden_size: int = 32, dropout: float = 0.1,
                  val_fraction: float = 0.2, max_epochs: int = 200, batch_size: int = 32,
                  lr: float = 2e-3, weight_decay: float = 1e-4, patience: int = 20,

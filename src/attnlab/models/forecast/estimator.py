@@ -39,6 +39,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
+from attnlab.models._params import keyword_only_after_first
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
 from attnlab.models.forecast.bases import NAMES, base_from_dict, choose_base, fit_base
 from attnlab.models.forecast.equations import forecaster_equations
@@ -132,7 +133,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         ((6,), (36,))
     """
 
-    def __init__(self, horizon: int = 12, lookback: int | None = None, encoder: str = "gru",
+    @keyword_only_after_first
+    def __init__(self, horizon: int = 12, *, lookback: int | None = None, encoder: str = "gru",
                  hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
                  dropout: float = 0.1, season: int | None = None, base: str = "auto",
                  pool: str = "attention", val_fraction: float = 0.2,

@@ -20,6 +20,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
+from attnlab.models._params import keyword_only_after_first
 from attnlab.models.graph.data import (  # noqa: F401
     Graph,
     GraphInputError,
@@ -72,7 +73,8 @@ class GATClassifier(BaseEstimator):
         (34,)
     """
 
-    def __init__(self, hidden: int = 8, heads: int = 8, dropout: float = 0.6, lr: float = 0.005,
+    @keyword_only_after_first
+    def __init__(self, hidden: int = 8, *, heads: int = 8, dropout: float = 0.6, lr: float = 0.005,
                  weight_decay: float = 5e-4, max_epochs: int = 200, patience: int = 100,
                  seed: int = 0, device: str = "auto", verbose: bool = False):
         self.hidden, self.heads, self.dropout = hidden, heads, dropout
