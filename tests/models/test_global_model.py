@@ -42,7 +42,7 @@ def test_a_series_too_short_for_a_window_gets_its_base_and_a_note():
     Y = {f"s{i}": y for i, y in enumerate(_panel(k=6, n=40))}
     Y["tiny"] = np.array([5.0, 6, 7, 6, 5, 6, 7, 6])
     g = GlobalForecaster(4, season=12, base="naive", lookback=12, max_epochs=2).fit(Y)
-    assert not g.in_network_[-1] and g.in_network_[:-1].all()
+    assert not g.in_network_[-1] and g.in_network_[:-1].all() and g.min_length == 16
     (note,) = [x for x in g.notes_ if "shorter than" in x]
     assert note.startswith("1 series shorter than lookback 12 + horizon 4") and "tiny" in note
     p = g.predict()
@@ -95,7 +95,7 @@ def test_pooled_intervals_cover_exchangeable_series_at_their_level():
 @pytest.mark.parametrize("Y, words", [
     ([1.0, 2.0, 3.0], "one series of numbers"),
     (pd.DataFrame({"id": [1], "ds": [1], "y": [1.0]}), "lacks ['unique_id']"),
-    ({"a": [1.0, np.nan, 3.0]}, "missing or infinite value at position 1"),
+    ({"a": [1.0, np.nan, 3.0]}, "1 missing or infinite value(s), first at position 1"),
     ("nope", "must be a list of series"),
 ])
 def test_bad_panels_are_named(Y, words):

@@ -580,6 +580,27 @@ def _fit(name: str, y: np.ndarray, season: int, spec) -> Base:
     return cls.fit(y, season, spec)
 
 
+FALLBACKS = ("ets", "theta", "drift", "naive")          # naive fits any two observations
+
+
+def fit_first(order, y: np.ndarray, season: int) -> tuple[Base, list[str]]:
+    """The first base of ``order`` (then of :data:`FALLBACKS`) that can be fitted on ``y``
+    and forecast from its end; returns it and one note per base dropped on the way."""
+    notes = []
+    for name in list(order) + [c for c in FALLBACKS if c not in order]:
+        try:
+            base = fit_base(name, y, season)
+        except (ValueError, np.linalg.LinAlgError) as err:
+            notes.append(f"the {name} base could not be fitted on this series ({err}); "
+                         "dropped from the candidates")
+            continue
+        if base.history <= len(y):
+            return base, notes
+        notes.append(f"the {name} base needs {base.history} observations, y has {len(y)}; "
+                     "dropped from the candidates")
+    raise ValueError(f"no base could be fitted on {len(y)} observation(s)")
+
+
 def choose_base(y: np.ndarray, season: int, horizon: int, n_origins: int = 3,
                 candidates: tuple[str, ...] = CANDIDATES) -> tuple[str, dict]:
     """``auto``: the candidate with the lowest mean absolute error over ``n_origins`` rolling

@@ -41,7 +41,13 @@ from sklearn.utils.validation import check_is_fitted
 from attnlab.models import io
 from attnlab.models._params import keyword_only_after_first
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
-from attnlab.models.forecast.bases import NAMES, base_from_dict, choose_base, fit_base
+from attnlab.models.forecast.bases import (
+    NAMES,
+    base_from_dict,
+    choose_base,
+    fit_base,
+    fit_first,
+)
 from attnlab.models.forecast.equations import forecaster_equations
 from attnlab.models.forecast.inputs import (
     as_exog,
@@ -327,18 +333,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             order = [name] + [c for c in order if c != name]
         else:
             order = [self.base]
-        order += [c for c in ("ets", "theta", "drift", "naive") if c not in order]
-        for name in order:
-            try:
-                self.base_ = fit_base(name, y, m)
-            except (ValueError, np.linalg.LinAlgError) as err:
-                self.notes_.append(f"the {name} base could not be fitted on this series "
-                                   f"({err}); dropped from the candidates")
-                continue
-            if self.base_.history <= len(y):
-                break
-            self.notes_.append(f"the {name} base needs {self.base_.history} observations, y "
-                               f"has {len(y)}; dropped from the candidates")
+        self.base_, notes = fit_first(order, y, m)
+        self.notes_ += notes
         self.base_name_ = self.base_.name
 
     def _fit_base_only(self, y: np.ndarray, X) -> "AttentionForecaster":

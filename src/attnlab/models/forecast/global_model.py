@@ -44,8 +44,9 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from attnlab.models.forecast.bases import BASES, fit_base
-from attnlab.models.forecast.estimator import conformal_widths
+from attnlab.models.forecast.bases import BASES, FALLBACKS, fit_first
+from attnlab.models.forecast.estimator import WindowSettings, conformal_widths
+from attnlab.models.forecast.inputs import as_series
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
 from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
 
@@ -109,18 +110,9 @@ def _index(y):
 
 
 def _values(y, what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(y, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be numbers") from None
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be one series (1-D), got shape {arr.shape}")
+    arr = as_series(y, what)
     if len(arr) < 2:
         raise ValueError(f"{what} has {len(arr)} observation(s); a forecast needs at least 2")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f"{what} has a missing or infinite value at position {bad[0]}; fill or "
-                         "drop it first")
     return arr
 
 
@@ -133,23 +125,7 @@ def series_scale(y: np.ndarray, season: int) -> float:
     return s if s > 0 else (float(np.abs(y).mean()) or 1.0)
 
 
-def _fit_one(name: str, y: np.ndarray, season: int):
-    """A base for one series: ``name``, or on failure the next of theta, ets, drift, naive;
-    returns the base and the notes."""
-    notes = []
-    for cand in [name] + [c for c in ("theta", "ets", "drift", "naive") if c != name]:
-        try:
-            base = fit_base(cand, y, season)
-        except (ValueError, np.linalg.LinAlgError) as err:
-            notes.append(f"{cand} could not be fitted ({err})")
-            continue
-        if base.history <= len(y):
-            return base, notes
-        notes.append(f"{cand} needs {base.history} observations")
-    raise ValueError("no base could be fitted")              # naive always fits
-
-
-class GlobalForecaster(BaseEstimator):
+class GlobalForecaster(WindowSettings, BaseEstimator):
     """One attention network over many series, each series' statistical base kept.
 
     Args:
@@ -208,16 +184,18 @@ class GlobalForecaster(BaseEstimator):
     # ---- configuration ------------------------------------------------------------------
 
     @property
-    def effective_season(self) -> int:
-        """The seasonal period in use: ``season``, or 1 without one."""
-        return int(self.season) if self.season else 1
-
-    @property
     def effective_lookback(self) -> int:
-        """``lookback``, or two seasons and at least the horizon."""
+        """``lookback``, or two seasons and at least the horizon (shorter than the
+        single-series default: competition series are short)."""
         if self.lookback is not None:
             return int(self.lookback)
         return max(2 * self.effective_season, int(self.horizon))
+
+    @property
+    def min_length(self) -> int:
+        """The shortest series the network takes part in: one window, lookback + horizon
+        (a shorter one gets its base's forecast)."""
+        return self.effective_lookback + int(self.horizon)
 
     def _check_params(self) -> None:
         check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
@@ -259,13 +237,13 @@ class GlobalForecaster(BaseEstimator):
         self._check_params()
         self.ids_, self.series_, self.dates_ = as_panel(Y)
         H, L, m = self.horizon, self.effective_lookback, self.effective_season
-        self._fit_bases()
+        base_notes = self._fit_bases()
         self.scales_ = np.array([series_scale(y, m) for y in self.series_])
         lengths = np.array([len(y) for y in self.series_])
         # a series with a held-out window (L before it, H in it) takes part in the network
-        self.in_network_ = lengths >= L + H
+        self.in_network_ = lengths >= self.min_length
         short = [self.ids_[i] for i in np.flatnonzero(~self.in_network_)]
-        self.notes_ = list(self.base_notes_)
+        self.notes_ = base_notes
         if short:
             shown = ", ".join(map(str, short[:10])) + (", ..." if len(short) > 10 else "")
             self.notes_.append(f"{len(short)} series shorter than lookback {L} + horizon {H} "
@@ -286,7 +264,7 @@ class GlobalForecaster(BaseEstimator):
             if held:
                 # the held-out window's base is fitted without it, as at forecast time: errors
                 # of a base fitted on the window itself would make the intervals too narrow
-                before, _ = _fit_one(self.base_names_[i], self.series_[i][:n - H], m)
+                before, _ = fit_first([self.base_names_[i]], self.series_[i][:n - H], m)
                 parts["cal" if i in calibrate else "stop"].append((i, np.array([n - H]),
                                                                    before))
         data = {k: self._tensors(v) for k, v in parts.items()}
@@ -318,24 +296,25 @@ class GlobalForecaster(BaseEstimator):
                     "give more series or a larger holdout")
         return self
 
-    def _fit_bases(self) -> None:
+    def _fit_bases(self) -> list[str]:
+        """``bases_``: each series' base (the next of :data:`FALLBACKS` where it cannot be
+        fitted); returns one note on the series that fell back."""
         from joblib import Parallel, delayed
 
         m = self.effective_season
-        jobs = (delayed(_fit_one)(self.base, y, m) for y in self.series_)
         if self.n_jobs in (None, 1):
-            fitted = [_fit_one(self.base, y, m) for y in self.series_]
+            fitted = [fit_first([self.base], y, m) for y in self.series_]
         else:
-            fitted = Parallel(n_jobs=self.n_jobs)(jobs)
+            fitted = Parallel(n_jobs=self.n_jobs)(
+                delayed(fit_first)([self.base], y, m) for y in self.series_)
         self.bases_ = [b for b, _ in fitted]
-        dropped = [(self.ids_[i], notes) for i, (_, notes) in enumerate(fitted) if notes]
-        self.base_notes_ = []
-        if dropped:
-            uid, why = dropped[0]
-            self.base_notes_.append(
-                f"{len(dropped)} series could not take the {self.base} base and took the next "
-                f"of theta, ets, drift, naive (first: {uid!r}: {'; '.join(why)})")
         self.base_names_ = [b.name for b in self.bases_]
+        dropped = [(self.ids_[i], notes) for i, (_, notes) in enumerate(fitted) if notes]
+        if not dropped:
+            return []
+        uid, why = dropped[0]
+        return [f"{len(dropped)} series could not take the {self.base} base and took the next "
+                f"of {', '.join(FALLBACKS)} (first: {uid!r}: {'; '.join(why)})"]
 
     def _tensors(self, parts):
         """Stacked inputs, scaled base forecasts and targets of the windows in ``parts``."""
