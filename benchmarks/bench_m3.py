@@ -42,14 +42,12 @@ def load(dataset: str):
     return groups
 
 
-def smape(y, f):
-    return float(np.mean(200 * np.abs(y - f) / np.maximum(np.abs(y) + np.abs(f), 1e-12)))
+def scores(x, y, f, m) -> tuple[float, float]:
+    """sMAPE and MASE of the forecast ``f`` of ``y`` after the training part ``x``."""
+    from attnlab.models.forecast.baselines import forecast_errors, seasonal_scale
 
-
-def mase(x, y, f, m):
-    m = m if len(x) > m else 1
-    scale = np.mean(np.abs(x[m:] - x[:-m])) if len(x) > m else np.mean(np.abs(x))
-    return float(np.mean(np.abs(y - f)) / (scale if scale > 0 else 1.0))
+    e = forecast_errors(y, f, seasonal_scale(x, m) or 1.0)
+    return e["sMAPE"], e["MASE"]
 
 
 def _baselines(x, h, m):
@@ -89,9 +87,9 @@ def run_group(series, m: int, jobs: int, base: str, epochs: int) -> dict:
     took_base = time.perf_counter() - t1
     rows = {"forecaster": [], **{k: [] for k in (*BASELINES, "ensemble")}}
     for i, (x, y) in enumerate(zip(xs, ys)):
-        rows["forecaster"].append((smape(y, fc[i]), mase(x, y, fc[i], m)))
+        rows["forecaster"].append(scores(x, y, fc[i], m))
         for k, f in made[i][0].items():
-            rows[k].append((smape(y, f), mase(x, y, f, m)))
+            rows[k].append(scores(x, y, f, m))
     test = np.stack(ys)
     cover = {f"{q:g}": float(((test >= lo) & (test <= hi)).mean()) for q, (lo, hi) in
              bounds.items()}

@@ -325,6 +325,7 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     """Many series in one long frame: hold out each series' last ``horizon`` values and score
     the global forecaster against seasonal naive, ETS and Theta there (sMAPE, MASE, interval
     coverage), then fit on every value and write the forecasts, the model and the metrics."""
+    from attnlab.models.forecast.baselines import forecast_errors, seasonal_scale
     from attnlab.models.forecast.bases import fit_base
     from attnlab.models.forecast.global_model import GlobalForecaster, as_panel
 
@@ -353,13 +354,10 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
                     made[name] = b.forecasts(x, np.array([len(x)]), horizon)[0]
                 except (ValueError, np.linalg.LinAlgError):
                     continue
-            k = m if len(x) > m else 1
-            scale = float(np.mean(np.abs(x[k:] - x[:-k]))) or 1.0
+            scale = seasonal_scale(x, m) or 1.0
             for name, f in made.items():
-                smape = float(np.mean(200 * np.abs(y - f) / np.maximum(np.abs(y) + np.abs(f),
-                                                                       1e-12)))
-                scores.setdefault(name, []).append((smape, float(np.mean(np.abs(y - f)))
-                                                    / scale))
+                e = forecast_errors(y, f, scale)
+                scores.setdefault(name, []).append((e["sMAPE"], e["MASE"]))
     evaluation = {name: {"sMAPE": float(np.mean([a for a, _ in v])),
                          "MASE": float(np.mean([b for _, b in v])), "series": len(v)}
                   for name, v in scores.items()}
@@ -509,10 +507,10 @@ def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
     import pandas as pd
 
     from attnlab.models import load
-    from attnlab.models.forecast import AttentionForecaster
+    from attnlab.models.forecast import AttentionForecaster, GlobalForecaster
 
     model = load(model_dir)
-    if type(model).__name__ == "GlobalForecaster":
+    if isinstance(model, GlobalForecaster):
         if csv is not None or exog or future:
             raise ValueError("a global forecaster predicts the series it was fitted on; give "
                              "--model only (refit with `attnlab fit forecast --id` for new "

@@ -73,14 +73,25 @@ BASELINES = {"seasonal_naive": seasonal_naive, "naive": naive_forecast, "drift":
 
 
 def forecast_errors(actual: np.ndarray, forecast: np.ndarray, scale: float) -> dict[str, float]:
-    """MAE, RMSE, MAPE (%, over actual values that are not 0) and MASE (MAE / ``scale``, the
-    in-sample MAE of seasonal naive on the training part; Hyndman & Koehler 2006)."""
+    """MAE, RMSE, MAPE (%, over actual values that are not 0), sMAPE (%, the M3 competition's
+    ``200 |y - f| / (|y| + |f|)``) and MASE (MAE / ``scale``, the in-sample MAE of seasonal
+    naive on the training part; Hyndman & Koehler 2006)."""
     err = forecast - actual
     nz = actual != 0
     mape = float(np.mean(np.abs(err[nz] / actual[nz])) * 100) if nz.any() else math.nan
     mae = float(np.mean(np.abs(err)))
+    smape = float(np.mean(200 * np.abs(err) / np.maximum(np.abs(actual) + np.abs(forecast),
+                                                         1e-12)))
     return {"MAE": mae, "RMSE": float(np.sqrt(np.mean(err ** 2))), "MAPE": mape,
-            "MASE": mae / scale if scale > 0 else math.nan}
+            "sMAPE": smape, "MASE": mae / scale if scale > 0 else math.nan}
+
+
+def seasonal_scale(y: np.ndarray, season: int) -> float:
+    """MASE's denominator: the in-sample mean absolute seasonal difference of ``y`` (the
+    one-step one when ``y`` is not longer than a season); 0 for a constant series."""
+    m = season if season > 1 and len(y) > season else 1
+    d = np.abs(np.asarray(y[m:]) - np.asarray(y[:-m]))
+    return float(d.mean()) if d.size else 0.0
 
 
 def diebold_mariano(loss_a, loss_b, horizon: int = 1) -> tuple[float, float]:

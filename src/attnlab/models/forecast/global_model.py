@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from attnlab.models.forecast.baselines import seasonal_scale
 from attnlab.models.forecast.bases import BASES, FALLBACKS, fit_first
 from attnlab.models.forecast.estimator import WindowSettings, conformal_widths
 from attnlab.models.forecast.inputs import as_series
@@ -117,12 +118,9 @@ def _values(y, what: str) -> np.ndarray:
 
 
 def series_scale(y: np.ndarray, season: int) -> float:
-    """The mean absolute seasonal difference of ``y`` (the naive one when the series is
-    shorter than two seasons); 1 for a constant series."""
-    m = season if season > 1 and len(y) > season else 1
-    d = np.abs(y[m:] - y[:-m])
-    s = float(d.mean()) if d.size else 0.0
-    return s if s > 0 else (float(np.abs(y).mean()) or 1.0)
+    """MASE's denominator for ``y`` (:func:`~attnlab.models.forecast.baselines.seasonal_scale`),
+    or the mean absolute level for a constant series, or 1."""
+    return seasonal_scale(y, season) or (float(np.abs(y).mean()) or 1.0)
 
 
 class GlobalForecaster(WindowSettings, BaseEstimator):
