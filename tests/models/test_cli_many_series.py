@@ -58,3 +58,15 @@ def test_many_series_refusals_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "with --id the last --horizon values of each series are held out" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_gap_in_one_series_of_a_long_csv_is_named(tmp_path, capsys):
+    _long_csv(tmp_path / "long.csv", k=3)
+    df = pd.read_csv(tmp_path / "long.csv")
+    df = df.drop(df[(df.store == "s1") & (df.month == "2016-03-01")].index)
+    df.to_csv(tmp_path / "gap.csv", index=False)
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "gap.csv"), "--target", "sales",
+                 "--time", "month", "--id", "store", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "series 's1': --time column 'month' is not evenly spaced" in err
+    assert len(err.splitlines()) == 1

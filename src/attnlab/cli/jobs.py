@@ -189,14 +189,14 @@ DEFAULT_ORIGINS = 10
 def default_origins(model, n: int, say: Say = _quiet) -> int:
     """The backtest's origins when none are asked for: 10, or as many as a series of ``n``
     observations holds (said), with the network fitted before the first where it can be."""
-    from attnlab.models.forecast.backtest import most_origins
+    from attnlab.models.forecast.backtest import base_history, most_origins
 
     H = model.horizon
+    before = base_history(model.effective_season)
     k = most_origins(model, n)
     if k == 0:                      # too short for the network: the base is backtested
-        k = max(0, (n - max(2 * model.effective_season, 4) - H) // H + 1)
+        k = max(0, (n - before - H) // H + 1)
     if k == 0:
-        before = max(2 * model.effective_season, 4)
         fix = (f"use --horizon {n - before} or less" if n - before >= 1 else
                "give a longer series")
         raise ValueError(f"the series has {n} observations; one backtest origin with horizon "
@@ -325,6 +325,7 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     """Many series in one long frame: hold out each series' last ``horizon`` values and score
     the global forecaster against seasonal naive, ETS and Theta there (sMAPE, MASE, interval
     coverage), then fit on every value and write the forecasts, the model and the metrics."""
+    from attnlab.models.forecast.backtest import base_history
     from attnlab.models.forecast.baselines import forecast_errors, seasonal_scale
     from attnlab.models.forecast.bases import fit_base
     from attnlab.models.forecast.global_model import GlobalForecaster, as_panel
@@ -333,7 +334,7 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     check_out(out)
     ids, series, _ = as_panel(long, "--csv")
     m = season or 1
-    held = [i for i, y in enumerate(series) if len(y) >= horizon + max(2 * m, 4)]
+    held = [i for i, y in enumerate(series) if len(y) >= horizon + base_history(m)]
     say(f"{len(series)} series; held-out evaluation on the last {horizon} values of the "
         f"{len(held)} long enough for it")
     scores: dict[str, list[tuple[float, float]]] = {}

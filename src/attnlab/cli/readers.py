@@ -78,11 +78,7 @@ def series_with_future(path, target: str, time: str | None = None,
             raise ValueError(f"--time column {time!r} repeats {dup[0]:%Y-%m-%d %H:%M} "
                              f"({len(dup)} repeated dates); keep one row per time step")
         _check_spacing(df.index, time)
-    y = pd.to_numeric(df[target], errors="coerce")
-    bad = y.isna() & df[target].notna()
-    if bad.any():
-        raise ValueError(f"--target column {target!r} has non-numeric values, first "
-                         f"{df[target][bad].iloc[0]!r}; clean the column first")
+    y = _numeric_target(df, target)
     ahead = None
     if future:
         # the rows after the last observed value are the steps to forecast
@@ -108,6 +104,18 @@ def series_with_future(path, target: str, time: str | None = None,
         return y, X, None, None
     F = _numeric(df[future], "--future")
     return y, X, F, _numeric(ahead[future], "--future")
+
+
+def _numeric_target(df, target: str):
+    """``--target`` as numbers (empty cells stay NaN); a cell that is not a number is named."""
+    import pandas as pd
+
+    y = pd.to_numeric(df[target], errors="coerce")
+    bad = y.isna() & df[target].notna()
+    if bad.any():
+        raise ValueError(f"--target column {target!r} has non-numeric values, first "
+                         f"{df[target][bad].iloc[0]!r}; clean the column first")
+    return y
 
 
 def _numeric(frame, flag: str):
@@ -213,11 +221,7 @@ def panel_from_csv(path, target: str, time: str | None, id_column: str):
     for col, flag in ((target, "--target"), (id_column, "--id")) + (
             ((time, "--time"),) if time else ()):
         require_column(df, col, flag, path)
-    y = pd.to_numeric(df[target], errors="coerce")
-    bad = y.isna() & df[target].notna()
-    if bad.any():
-        raise ValueError(f"--target column {target!r} has non-numeric values, first "
-                         f"{df[target][bad].iloc[0]!r}; clean the column first")
+    y = _numeric_target(df, target)
     if y.isna().any():
         row = int(y.isna().to_numpy().argmax()) + 2
         raise ValueError(f"--target column {target!r} is empty at line {row} of "
@@ -232,6 +236,12 @@ def panel_from_csv(path, target: str, time: str | None, id_column: str):
         r = long[dup].iloc[0]
         raise ValueError(f"series {r['unique_id']!r} of {str(path)!r} repeats the time "
                          f"{r['ds']}; keep one row per series and step")
+    if time:
+        for uid, part in long.groupby("unique_id", sort=False):
+            try:
+                _check_spacing(pd.DatetimeIndex(part["ds"].sort_values()), time)
+            except ValueError as err:
+                raise ValueError(f"series {uid!r}: {err}") from None
     return long
 
 

@@ -63,6 +63,12 @@ class BacktestResult:
 
 
 
+def base_history(season: int) -> int:
+    """The history a base-only backtest needs before its first origin: two seasons, or 4
+    observations (a series too short for the network at any origin)."""
+    return max(2 * season, 4)
+
+
 def most_origins(forecaster, n: int, step: int | None = None) -> int:
     """The most origins ``step`` apart (default: the horizon) a series of ``n`` observations
     holds with the forecaster's network fitted before the first (0 when none)."""
@@ -91,7 +97,7 @@ def rolling_origin(forecaster, y: np.ndarray, X: np.ndarray | None = None, n_ori
     # a series too short for the network at any origin is backtested as what it forecasts:
     # the base alone, from a first origin with two seasons (or 4 observations) before it
     short = last < forecaster.min_length
-    first_need = max(2 * m, 4) if short else forecaster.min_length
+    first_need = base_history(m) if short else forecaster.min_length
     if short and origins[0] >= first_need:
         notes.append(f"the series ({len(y)} observations) is too short for the network at any "
                      f"origin (it needs {forecaster.min_length} before the first): the "
