@@ -17,6 +17,7 @@ model in one process on the whole batch at step 0 and prints both losses.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 import os
 import time
@@ -112,8 +113,9 @@ def main() -> None:
     try:
         train(dist.get_rank(), dist.get_world_size(), args)
         # every rank done with its collectives before any closes its connections: a rank
-        # that tears down while its peer still reads makes gloo's reader abort the peer
-        dist.barrier()
+        # that tears down while its peer still reads makes gloo's reader abort the peer.
+        # Bounded, and a rank that never arrives is named.
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
     finally:
         dist.destroy_process_group()
 
