@@ -11,11 +11,11 @@ import pytest
 from attnlab.models import AttentionForecaster
 from attnlab.models.forecast.ablation import ablation
 from attnlab.models.forecast.paper import (
-    ENCODER_EN,
     PaperInputs,
     paper_tex,
     pooling_verdict,
     undefined_symbols,
+    word,
 )
 from attnlab.models.latex import Equations
 
@@ -79,8 +79,10 @@ def test_the_text_is_written_from_the_measurements(measured, lang):
     # the strength or weakness against the best baseline carries its Diebold-Mariano p
     assert "Diebold--Mariano $p = " in tex.split(r"\subsection*")[-1] or lang == "zh"
     if lang == "en":                                                # the article by sound
-        assert f"; {ENCODER_EN[bt.model.encoder]} encoder" in tex and "an GRU" not in tex
-        assert ENCODER_EN["gru"] == "a GRU" and ENCODER_EN["lstm"] == "an LSTM"
+        assert f"; {word('en', 'encoder', bt.model.encoder)} encoder" in tex
+        assert "an GRU" not in tex
+        assert word("en", "encoder", "gru") == "a GRU"
+        assert word("en", "encoder", "lstm") == "an LSTM"
     # without an ablation or a sensitivity run, those sections are left out, not claimed
     bare = paper_tex(PaperInputs(bt.model, bt, "demo", labels), lang)
     assert bare.count(r"\begin{table}") == 3
@@ -123,13 +125,14 @@ def test_both_languages_compile(measured, tmp_path, lang, engine):
     # texlive-latex-recommended texlive-xetex texlive-lang-chinese
     assert shutil.which(engine), f"{engine} is not installed (see .ci/run for the packages)"
     bt, ab, sens, labels = measured
-    from attnlab.plots.forecast import save_architecture, save_forecast_attention
+    from attnlab.plots.paper import save_architecture, save_attention, save_backtest
 
-    save_architecture(bt.model, tmp_path / "architecture.png")
-    save_forecast_attention(bt, tmp_path / "attention.png", None, "demo")
+    save_architecture(bt.model, tmp_path / "architecture.pdf", lang)
+    save_attention(bt.attention, labels, tmp_path / "attention.pdf", lang)
+    save_backtest(_series(), bt, tmp_path / "backtest.pdf", lang)
     inp = PaperInputs(bt.model, bt, "demo", labels, ablation=ab, sensitivity=sens,
-                      figures={"architecture": "architecture.png",
-                               "attention": "attention.png"})
+                      figures={"architecture": "architecture.pdf", "attention": "attention.pdf",
+                               "backtest": "backtest.pdf"})
     _compile(tmp_path, paper_tex(inp, lang), engine)
 
 
@@ -141,7 +144,7 @@ def test_the_paper_command_writes_the_folder(tmp_path, capsys):
     assert main(["paper", "--example", "unemployment", "--quick", "--no-compile",
                  "--out", str(tmp_path / "p")]) == 0
     names = {p.name for p in (tmp_path / "p").iterdir()}
-    assert {"paper.tex", "architecture.png", "attention.png"} <= names
+    assert {"paper.tex", "architecture.pdf", "attention.pdf", "backtest.pdf"} <= names
     # a --quick paper says on every page that its numbers are preliminary
     tex = (tmp_path / "p" / "paper.tex").read_text()
     assert r"\pagestyle{fancy}" in tex and "DRAFT: a quick run (15 epochs, 2 seeds)" in tex

@@ -77,26 +77,33 @@ def compile_tex(folder: Path, name: str, lang: str, timeout: float = 300) -> Pat
         (folder / (Path(name).stem + ext)).unlink(missing_ok=True)
     return pdf
 
-def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None, model, bt, index,
-                name: str) -> list[str]:
-    """Figures, ``paper.tex`` and (where an engine exists, or when asked) ``paper.pdf`` in
-    the folder ``d``. Returns the files written."""
+def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None,
+                train: list | None = None) -> list[str]:
+    """Figures (vector PDFs at print size, in ``lang``), ``paper.tex`` and (where an engine
+    exists, or when asked) ``paper.pdf`` in the folder ``d``; ``train``: a panel's training
+    parts, for its forecast figure. Returns the files written."""
     from attnlab._files import write_text_atomic
     from attnlab.models.forecast.paper import paper_tex
-    from attnlab.plots.forecast import save_architecture, save_backtest, save_forecast_attention
+    from attnlab.models.forecast.paper.context import is_panel
+    from attnlab.plots import paper as figures
 
     d.mkdir(parents=True, exist_ok=True)
-    save_architecture(model, d / "architecture.png")
-    files = ["architecture.png"]
-    inputs.figures = {"architecture": "architecture.png"}
-    if inputs.y is not None:
-        save_backtest(inputs.y, bt, d / "backtest.png", name)
-        inputs.figures["backtest"] = "backtest.png"
-        files.append("backtest.png")
-    if model.pool != "mean":
-        save_forecast_attention(bt, d / "attention.png", index, name)
-        inputs.figures["attention"] = "attention.png"
-        files.append("attention.png")
+    model, bt, panel = inputs.model, inputs.backtest, is_panel(inputs)
+    figures.save_architecture(model, d / "architecture.pdf", lang, panel)
+    inputs.figures = {"architecture": "architecture.pdf"}
+    if panel and train is not None:
+        _, inputs.shown = figures.save_panel(bt, train, d / "backtest.pdf", lang)
+        inputs.figures["backtest"] = "backtest.pdf"
+    elif not panel and inputs.y is not None:
+        figures.save_backtest(inputs.y, bt, d / "backtest.pdf", lang)
+        inputs.figures["backtest"] = "backtest.pdf"
+    att = np.asarray(bt.attention, dtype=float)
+    rows = np.isfinite(att).all(1)
+    if model.pool != "mean" and rows.any():
+        labels = [lab for lab, ok in zip(inputs.origin_labels, rows) if ok]
+        figures.save_attention(att[rows], labels, d / "attention.pdf", lang, panel)
+        inputs.figures["attention"] = "attention.pdf"
+    files = list(inputs.figures.values())
     write_text_atomic(d / "paper.tex", paper_tex(inputs, lang))
     files.append("paper.tex")
     if compile_pdf is False:
@@ -118,7 +125,7 @@ def _paper_folder(d: Path, bt, index, name: str, y=None) -> None:
     from attnlab.plots.forecast import time_label
 
     inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins], y=y)
-    write_paper(d, inputs, "en", False, bt.model, bt, index, name)
+    write_paper(d, inputs, "en", False)
 
 
 def _table_paper(d: Path, est, m: dict) -> None:
@@ -326,8 +333,7 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     the global forecaster against seasonal naive, ETS and Theta there (sMAPE, MASE, interval
     coverage), then fit on every value and write the forecasts, the model and the metrics."""
     from attnlab.models.forecast.backtest import base_history
-    from attnlab.models.forecast.baselines import forecast_errors, seasonal_scale
-    from attnlab.models.forecast.bases import fit_base
+    from attnlab.models.forecast.evaluation import holdout_panel
     from attnlab.models.forecast.global_model import GlobalForecaster, as_panel
 
     out = Path(out)
@@ -337,31 +343,15 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     held = [i for i, y in enumerate(series) if len(y) >= horizon + base_history(m)]
     say(f"{len(series)} series; held-out evaluation on the last {horizon} values of the "
         f"{len(held)} long enough for it")
-    scores: dict[str, list[tuple[float, float]]] = {}
-    cover = {}
+    evaluation, cover = {}, {}
     if held:
-        train = {ids[i]: series[i][:-horizon] for i in held}
-        g = GlobalForecaster(horizon, season=season, base=base, **params).fit(train)
-        fc, bounds = g.forecast_arrays()
-        test = np.stack([series[i][-horizon:] for i in held])
-        cover = {f"{q:g}": float(((test >= lo) & (test <= hi)).mean())
-                 for q, (lo, hi) in bounds.items()}
-        for j, i in enumerate(held):
-            x, y = series[i][:-horizon], test[j]
-            made = {"global forecaster": fc[j]}
-            for name in ("seasonal_naive", "ets", "theta"):
-                try:
-                    b = fit_base(name, x, m if len(x) >= m else 1)
-                    made[name] = b.forecasts(x, np.array([len(x)]), horizon)[0]
-                except (ValueError, np.linalg.LinAlgError):
-                    continue
-            scale = seasonal_scale(x, m) or 1.0
-            for name, f in made.items():
-                e = forecast_errors(y, f, scale)
-                scores.setdefault(name, []).append((e["sMAPE"], e["MASE"]))
-    evaluation = {name: {"sMAPE": float(np.mean([a for a, _ in v])),
-                         "MASE": float(np.mean([b for _, b in v])), "series": len(v)}
-                  for name, v in scores.items()}
+        model = GlobalForecaster(horizon, season=season, base=base, **params)
+        r = holdout_panel(model, {ids[i]: series[i] for i in held},
+                          baselines=("seasonal_naive", "ets", "theta"))
+        cover = {f"{q:g}": c for q, c in r.coverage().items()}
+        evaluation = {("global forecaster" if k == "attention" else k):
+                      {"sMAPE": v["sMAPE"], "MASE": v["MASE"], "series": len(held)}
+                      for k, v in r.metrics.items()}
     say("fitting on every value")
     model = GlobalForecaster(horizon, season=season, base=base, **params).fit(long)
     for note in model.notes_:

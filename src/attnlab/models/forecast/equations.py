@@ -60,7 +60,7 @@ def forecaster_equations(model) -> Equations:
          "change from the base forecast"),
         ("w", "weight of the network's correction in [0, 1], chosen by least squares on "
          "the validation windows"
-         + (f" (fitted: w = {model.shrink_:.2f}"
+         + (f" (fitted: \\(w = {model.shrink_:.2f}\\)"
             + ("; the forecast is the base alone)" if model.shrink_ == 0 else ")")
             if hasattr(model, "shrink_") else "")),
         (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
@@ -102,3 +102,60 @@ def forecaster_equations(model) -> Equations:
         where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "
                       f"Encoder: {model.num_layers} pre-LN layer(s), {model.nhead} heads"))
     return Equations(f"AttentionForecaster ({model.encoder} encoder)", lines, where)
+
+
+def global_equations(model) -> Equations:
+    """The equations of a :class:`~attnlab.models.forecast.GlobalForecaster`: one network for
+    every series, each series' base and scale its own (fitted or not)."""
+    L, H, d = model.effective_lookback, model.horizon, model.hidden_size
+    if model.encoder == "transformer":
+        enc = (r"\mathbf{H} = \left[\mathbf{h}_1; \ldots; \mathbf{h}_L\right]",
+               r"\mathrm{Encoder}_{" + str(model.num_layers) + r"}\left("
+               r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
+               f"{L} \\times {d}}}")
+    else:
+        enc = (r"\mathbf{h}_t", r"\mathrm{" + model.encoder.upper() + r"}\left(x_t, "
+               r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "
+               r"\ldots, " + str(L))
+    lines = [
+        ("x_t", r"\frac{y_t - y_L}{s}, \quad t = 1, \ldots, " + str(L)),
+        (r"\mathbf{f}", r"\left[\frac{\hat{y}^{\mathrm{base}}_{L+h} - y_L}{s}\right]_{h=1}^{"
+         + str(H) + r"} \in \mathbb{R}^{" + str(H) + "}"),
+        enc,
+        (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
+         r"\mathbf{W}_k \mathbf{h}_t + \mathbf{b}_k, \quad \mathbf{v}_t = \mathbf{h}_t"),
+        (r"\alpha_t", r"\frac{\exp\left(\mathbf{q}^\top \mathbf{k}_t / \sqrt{" + str(d)
+         + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
+         r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
+        (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
+        (r"\hat{y}_{L+h}", r"\hat{y}^{\mathrm{base}}_{L+h} + w \, s \left[\mathbf{W}_2 \, "
+         r"\mathrm{GELU}\left(\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L; \mathbf{f}] + "
+         r"\mathbf{b}_1\right) + \mathbf{b}_2\right]_h, \quad h = 1, \ldots, " + str(H)),
+    ]
+    if model.pool == "mean":
+        lines[3:5] = [(r"\alpha_t", r"\frac{1}{" + str(L) + r"}, \quad \mathbf{v}_t = "
+                       r"\mathbf{h}_t")]
+    n = len(getattr(model, "series_", ()))
+    where = [
+        (r"y_1, \ldots, y_{" + str(L) + "}", f"the last {L} observations of one series"),
+        ("s", "the series' scale: the in-sample mean absolute seasonal difference (MASE's "
+              "denominator)"),
+        (r"\hat{y}^{\mathrm{base}}_{L+h}", f"the h-step forecast of the series' own base ("
+         f"{model.base}), fitted on that series alone"),
+        ("w", "weight of the network's correction in [0, 1], chosen on the calibration "
+              "series' held-out windows"
+         + (f" (fitted: \\(w = {model.shrink_:.2f}\\))" if hasattr(model, "shrink_") else "")),
+        (r"\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{" + f"{d} \\times {d}" + "}",
+         "query and key projections, shared by every series"
+         + (f" ({n} in this fit)" if n else "")),
+        (r"\mathbf{W}_1 \in \mathbb{R}^{" + f"{d} \\times {2 * d + H}" + r"}, \mathbf{W}_2 "
+         r"\in \mathbb{R}^{" + f"{H} \\times {d}" + "}", "output layer"),
+        (r"\mathbf{b}_q, \mathbf{b}_k, \mathbf{b}_1, \mathbf{b}_2", "bias vectors of the "
+         "query and key projections and of the output layer"),
+    ]
+    if model.encoder == "transformer":
+        where.append((r"\mathbf{X}, \mathbf{W}_{\mathrm{in}}", f"the {L} x 1 matrix of the "
+                      r"\(x_t\), and the input projection to size " + str(d)))
+        where.append((r"\mathbf{P}", "sinusoidal positions (Vaswani et al. 2017); "
+                      f"Encoder: {model.num_layers} pre-LN layer(s), {model.nhead} heads"))
+    return Equations(f"GlobalForecaster ({model.encoder} encoder)", lines, where)

@@ -386,6 +386,32 @@ class GlobalForecaster(WindowSettings, BaseEstimator):
             bounds[float(key)] = (out - half, out + half)
         return out, bounds
 
+    @torch.no_grad()
+    def attention_weights(self) -> np.ndarray:
+        """``(S, L)``: the network's weights over each series' last ``L`` observations at its
+        forecast origin (column j is lag ``L - j``); NaN rows for series left to their base."""
+        check_is_fitted(self, "net_")
+        out = np.full((len(self.series_), self.effective_lookback), np.nan)
+        members = np.flatnonzero(self.in_network_)
+        if len(members):
+            self.net_.eval()
+            xs, fs = zip(*[self._windows(i, np.array([len(self.series_[i])]))[:2]
+                           for i in members])
+            x = torch.tensor(np.concatenate(xs), dtype=torch.float32, device=self.device_)
+            f = torch.tensor(np.concatenate(fs), dtype=torch.float32, device=self.device_)
+            out[members] = self.net_(x, f)[1].double().cpu().numpy()
+        return out
+
+    def equations(self):
+        """The model's equations and symbol table (:class:`~attnlab.models.latex.Equations`)."""
+        from attnlab.models.forecast.equations import global_equations
+
+        return global_equations(self)
+
+    def to_latex(self) -> str:
+        """The model's equations with its dimensions, as a LaTeX ``align`` fragment."""
+        return self.equations().to_latex()
+
     def save(self, path):
         """Write ``path/model.safetensors`` (the network and every series' values) and
         ``path/config.json`` (parameters, each series' base and scale, ``w``, the interval
