@@ -48,8 +48,7 @@ class BacktestResult:
 
     def coverage(self) -> dict[float, float]:
         """The share of actual values inside each level's interval, over origins and steps."""
-        return {q: float(np.mean((self.actual >= lo) & (self.actual <= hi)))
-                for q, (lo, hi) in (self.intervals or {}).items()}
+        return interval_coverage(self.actual, self.intervals)
 
     def table(self) -> str:
         """The metrics as a Markdown table, best MASE first."""
@@ -61,6 +60,12 @@ class BacktestResult:
         return "\n".join(out)
 
 
+
+
+def interval_coverage(actual: np.ndarray, intervals: dict | None) -> dict[float, float]:
+    """``{level: share of actual values inside (lower, upper)}``, pooled over every row."""
+    return {q: float(np.mean((actual >= lo) & (actual <= hi)))
+            for q, (lo, hi) in (intervals or {}).items()}
 
 
 def base_history(season: int) -> int:

@@ -6,6 +6,19 @@ from __future__ import annotations
 from attnlab.models.latex import Equations
 
 
+def _pooling(L: int, d: int) -> list[tuple[str, str]]:
+    """Query from the last state, keys from every state, the weights and the context: the
+    attention pooling both forecasters share."""
+    return [
+        (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
+         r"\mathbf{W}_k \mathbf{h}_t + \mathbf{b}_k, \quad \mathbf{v}_t = \mathbf{h}_t"),
+        (r"\alpha_t", r"\frac{\exp\left(\mathbf{q}^\top \mathbf{k}_t / \sqrt{" + str(d)
+         + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
+         r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
+        (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
+    ]
+
+
 def forecaster_equations(model) -> Equations:
     """The equations of an :class:`~attnlab.models.forecast.AttentionForecaster` (fitted or
     not: the fitted base, ``w`` and sizes where known)."""
@@ -39,12 +52,7 @@ def forecaster_equations(model) -> Equations:
          + (r", \sin\phi_t, \cos\phi_t" if model.effective_season > 1 else "")
          + r"\right] \in \mathbb{R}^{" + str(n_in) + "}"),
         enc,
-        (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
-         r"\mathbf{W}_k \mathbf{h}_t + \mathbf{b}_k, \quad \mathbf{v}_t = \mathbf{h}_t"),
-        (r"\alpha_t", r"\frac{\exp\left(\mathbf{q}^\top \mathbf{k}_t / \sqrt{" + str(d)
-         + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
-         r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
-        (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
+        *_pooling(L, d),
         (r"\hat{y}_{L+h}", ref + r" + w \, s_\Delta \left[\mathbf{W}_2 \, \mathrm{GELU}\left("
          r"\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L" + (r"; \mathbf{u}" if n_fut else "")
          + r"] + \mathbf{b}_1\right) + \mathbf{b}_2"
@@ -122,12 +130,7 @@ def global_equations(model) -> Equations:
         (r"\mathbf{f}", r"\left[\frac{\hat{y}^{\mathrm{base}}_{L+h} - y_L}{s}\right]_{h=1}^{"
          + str(H) + r"} \in \mathbb{R}^{" + str(H) + "}"),
         enc,
-        (r"\mathbf{q}", r"\mathbf{W}_q \mathbf{h}_L + \mathbf{b}_q, \quad \mathbf{k}_t = "
-         r"\mathbf{W}_k \mathbf{h}_t + \mathbf{b}_k, \quad \mathbf{v}_t = \mathbf{h}_t"),
-        (r"\alpha_t", r"\frac{\exp\left(\mathbf{q}^\top \mathbf{k}_t / \sqrt{" + str(d)
-         + r"}\right)}{\sum_{\tau=1}^{" + str(L) + r"} \exp\left(\mathbf{q}^\top "
-         r"\mathbf{k}_\tau / \sqrt{" + str(d) + r"}\right)}"),
-        (r"\mathbf{c}", r"\sum_{t=1}^{" + str(L) + r"} \alpha_t \mathbf{v}_t"),
+        *_pooling(L, d),
         (r"\hat{y}_{L+h}", r"\hat{y}^{\mathrm{base}}_{L+h} + w \, s \left[\mathbf{W}_2 \, "
          r"\mathrm{GELU}\left(\mathbf{W}_1 [\mathbf{c}; \mathbf{h}_L; \mathbf{f}] + "
          r"\mathbf{b}_1\right) + \mathbf{b}_2\right]_h, \quad h = 1, \ldots, " + str(H)),

@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.base import clone
 
 from attnlab.models.forecast.ablation import AblationResult
+from attnlab.models.forecast.backtest import interval_coverage
 from attnlab.models.forecast.baselines import forecast_errors, seasonal_scale
 from attnlab.models.forecast.bases import COMBINED, fit_first
 
@@ -58,8 +59,7 @@ class PanelResult:
 
     def coverage(self) -> dict[float, float]:
         """The share of held-out values inside each level's interval, pooled."""
-        return {q: float(np.mean((self.actual >= lo) & (self.actual <= hi)))
-                for q, (lo, hi) in (self.intervals or {}).items()}
+        return interval_coverage(self.actual, self.intervals)
 
     def table(self) -> str:
         """The metrics as a Markdown table, best MASE first."""
