@@ -104,7 +104,7 @@ def test_bad_panels_are_named(Y, words):
 
 
 def test_bad_params_are_named():
-    with pytest.raises(ValueError, match="base must be one of"):
+    with pytest.raises(ValueError, match="'base' parameter of GlobalForecaster must be a str"):
         GlobalForecaster(2, base="auto").fit(_panel(k=2))
     with pytest.raises(ValueError, match="h must be an int in 1..3"):
         GlobalForecaster(3, base="naive", lookback=6, max_epochs=1).fit(_panel(k=3)).predict(5)

@@ -141,9 +141,9 @@ def test_mean_pooling_weighs_every_step_alike_and_says_so():
 
 
 def test_bad_base_or_pool_names_the_argument():
-    with pytest.raises(ValueError, match="base must be one of"):
+    with pytest.raises(ValueError, match="'base' parameter of AttentionForecaster must be a str"):
         AttentionForecaster(base="sarimax").fit(_series())
-    with pytest.raises(ValueError, match="pool must be"):
+    with pytest.raises(ValueError, match="'pool' parameter of AttentionForecaster must be a str"):
         AttentionForecaster(pool="max").fit(_series())
 
 
@@ -173,7 +173,7 @@ def test_fit_forecast_refuses_an_unknown_base_in_one_line(capsys, tmp_path):
     assert main(["fit", "forecast", "--example", "unemployment", "--base", "sarimax",
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "base must be one of" in err[0]
+    assert len(err) == 1 and "--base must be one of" in err[0]
 
 
 def test_arima_fits_a_seasonal_series_of_five_years():

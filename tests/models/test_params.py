@@ -1,5 +1,6 @@
 """Estimators take their parameters after the first by name (scikit-learn's convention);
-by position they still work until 0.2.0, with a FutureWarning that names them."""
+by position they still work until 0.2.0, with a FutureWarning that names them. Every parameter
+has its constraints declared as data, checked by scikit-learn's validation."""
 
 import warnings
 
@@ -9,6 +10,7 @@ from sklearn.base import clone
 from attnlab.models import (
     AttentionForecaster,
     FeatureAttentionClassifier,
+    FeatureAttentionRegressor,
     GATClassifier,
     GlobalForecaster,
     SpatioTemporalForecaster,
@@ -35,3 +37,23 @@ def test_a_parameter_after_the_first_by_position_warns_and_still_works(cls, seco
 def test_the_global_forecaster_is_keyword_only_already():
     with pytest.raises(TypeError):
         GlobalForecaster(6, 12)
+
+
+ALL = [AttentionForecaster, GlobalForecaster, FeatureAttentionClassifier,
+       FeatureAttentionRegressor, GATClassifier, SpatioTemporalForecaster]
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_every_parameter_has_declared_constraints_and_the_defaults_meet_them(cls):
+    est = cls()
+    assert set(cls._parameter_constraints) == set(est.get_params())
+    est._validate_params()
+
+
+@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize("name, value", [("max_epochs", 0), ("lr", 0.0), ("seed", -1),
+                                         ("dropout", 1.0), ("verbose", "yes")])
+def test_a_value_out_of_its_constraint_is_named_with_what_was_expected(cls, name, value):
+    with pytest.raises(ValueError, match=rf"The '{name}' parameter of {cls.__name__} must be "
+                       rf".* Got {value!r} instead"):
+        cls(**{name: value})._validate_params()

@@ -77,6 +77,14 @@ class UsageError(Exception):
     """Bad input from the command line: one line on stderr, exit status 2."""
 
 
+def one_of(value: str, option: str, allowed) -> str:
+    """``value`` if it is one of ``allowed``, else a usage error naming ``option``, the
+    choices and what came."""
+    if value not in allowed:
+        raise UsageError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 # What the library raises for bad input: the message names the argument and the fix.
 LIBRARY_ERRORS = (ValueError, TypeError, OSError)
 

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from attnlab.cli.app import UsageError, app, command, console, say, working
+from attnlab.cli.app import UsageError, app, command, console, one_of, say, working
 
 fit_app = typer.Typer(help="Train an applied attention model, evaluate it against baselines, "
                       "and write metrics, figures, the model and its LaTeX equations.",
@@ -56,7 +56,12 @@ def fit_forecast_cmd(
     ETS and AR."""
     from attnlab.cli import jobs, readers
     from attnlab.models import datasets
+    from attnlab.models.forecast.bases import NAMES
+    from attnlab.models.forecast.estimator import ENCODERS
 
+    one_of(encoder, "--encoder", ENCODERS)
+    one_of(base, "--base", NAMES)
+    one_of(pool, "--pool", ("attention", "mean"))
     F = F_ahead = None
     if id is not None:
         if csv is None or target is None or example is not None:

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from attnlab.cli.app import UsageError, command, console, say, working
+from attnlab.cli.app import UsageError, command, console, one_of, say, working
 from attnlab.cli.jobs import ENGINES, write_paper
 
 
@@ -49,8 +49,7 @@ def paper_cmd(
     from attnlab.models.forecast.paper import LANGS, PaperInputs
     from attnlab.plots.forecast import time_label
 
-    if lang not in LANGS:
-        raise UsageError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
+    one_of(lang, "--lang", LANGS)
     if compile_pdf and shutil.which(ENGINES[lang]) is None:
         raise UsageError(f"--compile needs {ENGINES[lang]} on the PATH (TeX Live; for --lang zh "
                          "also ctex: Debian's texlive-xetex and texlive-lang-chinese)")

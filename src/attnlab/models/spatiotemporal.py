@@ -29,9 +29,15 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.core.api import attention
-from attnlab.models._params import keyword_only_after_first
+from attnlab.models._params import (
+    FRACTION,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    TRAINING,
+    keyword_only_after_first,
+)
 from attnlab.models.forecast import WindowSettings
-from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
+from attnlab.models.training import TrainConfig, resolve_device, seeded, train
 
 
 class _SpatioTemporalNet(nn.Module):
@@ -71,6 +77,11 @@ class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
         hidden_size, dropout, val_fraction, max_epochs, batch_size, lr, weight_decay,
             patience, clip_norm, seed, device, verbose: as for ``AttentionForecaster``.
     """
+
+    _parameter_constraints: dict = {
+        "horizon": POSITIVE_INT, "lookback": OPTIONAL_POSITIVE_INT,
+        "season": OPTIONAL_POSITIVE_INT, "hidden_size": POSITIVE_INT, "dropout": FRACTION,
+        "val_fraction": FRACTION, **TRAINING}
 
     @keyword_only_after_first
     def __init__(self, horizon: int = 12, *, lookback: int | None = None,
@@ -167,8 +178,7 @@ class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
     def fit(self, Y, adjacency=None) -> "SpatioTemporalForecaster":
         """Fit on ``Y (time steps, places)`` (array or DataFrame, a column per place) and an
         optional neighbour graph ``adjacency (P, P)``."""
-        check_params(self, ints=("horizon", "hidden_size"), optional_ints=("lookback", "season"),
-                     fractions=("val_fraction", "dropout"))
+        self._validate_params()
         Y, self.places_, keep = self._check_input(Y, adjacency)
         H = self.horizon
         device = resolve_device(self.device)

@@ -50,22 +50,6 @@ class TrainConfig:
                       if hasattr(estimator, f.name)})
 
 
-def check_params(estimator, ints: tuple[str, ...] = (), optional_ints: tuple[str, ...] = (),
-                 fractions: tuple[str, ...] = ()) -> None:
-    """Estimator parameters: ``ints`` must be ints >= 1, ``optional_ints`` the same or None,
-    ``fractions`` must lie in [0, 1)."""
-    for name in ints + optional_ints:
-        v = getattr(estimator, name)
-        if v is None and name in optional_ints:
-            continue
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    for name in fractions:
-        v = getattr(estimator, name)
-        if not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise ValueError(f"{name} must be in [0, 1), got {v!r}")
-
-
 @dataclass
 class TrainHistory:
     """Per-epoch mean losses; ``best_epoch`` (0-based) is the one whose weights were kept."""

@@ -39,7 +39,14 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
-from attnlab.models._params import keyword_only_after_first
+from attnlab.models._params import (
+    FRACTION,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    TRAINING,
+    keyword_only_after_first,
+    one_of,
+)
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
 from attnlab.models.forecast.bases import (
     NAMES,
@@ -62,7 +69,6 @@ from attnlab.models.latex import Equations
 from attnlab.models.training import (
     TrainConfig,
     TrainHistory,
-    check_params,
     resolve_device,
     seeded,
     train,
@@ -170,16 +176,14 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
 
     # ---- configuration ------------------------------------------------------------------
 
+    _parameter_constraints: dict = {
+        "horizon": POSITIVE_INT, "lookback": OPTIONAL_POSITIVE_INT, "encoder": one_of(*ENCODERS),
+        "hidden_size": POSITIVE_INT, "num_layers": POSITIVE_INT, "nhead": POSITIVE_INT,
+        "dropout": FRACTION, "season": OPTIONAL_POSITIVE_INT, "base": one_of(*NAMES),
+        "pool": one_of("attention", "mean"), "val_fraction": FRACTION, **TRAINING}
+
     def _check_params(self) -> None:
-        check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
-                     optional_ints=("lookback", "season"), fractions=("val_fraction", "dropout"))
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got "
-                             f"{self.encoder!r}")
-        if self.base not in NAMES:
-            raise ValueError(f"base must be one of {', '.join(NAMES)}, got {self.base!r}")
-        if self.pool not in ("attention", "mean"):
-            raise ValueError(f"pool must be 'attention' or 'mean', got {self.pool!r}")
+        self._validate_params()
         if self.encoder == "transformer" and self.hidden_size % self.nhead:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by nhead "
                              f"({self.nhead}) for the transformer encoder")

@@ -44,12 +44,19 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from attnlab.models._params import (
+    FRACTION,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    TRAINING,
+    one_of,
+)
 from attnlab.models.forecast.baselines import seasonal_scale
 from attnlab.models.forecast.bases import BASES, FALLBACKS, fit_first
 from attnlab.models.forecast.estimator import WindowSettings, conformal_widths
 from attnlab.models.forecast.inputs import as_series
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
-from attnlab.models.training import TrainConfig, check_params, resolve_device, seeded, train
+from attnlab.models.training import TrainConfig, resolve_device, seeded, train
 
 LEVELS = (0.8, 0.95)
 
@@ -195,17 +202,21 @@ class GlobalForecaster(WindowSettings, BaseEstimator):
         (a shorter one gets its base's forecast)."""
         return self.effective_lookback + int(self.horizon)
 
+    # base: one fixed method for every series (auto's per-series search is
+    # AttentionForecaster's)
+    _parameter_constraints: dict = {
+        "horizon": POSITIVE_INT, "season": OPTIONAL_POSITIVE_INT,
+        "lookback": OPTIONAL_POSITIVE_INT, "base": one_of(*BASES),
+        "encoder": one_of("gru", "lstm", "transformer"), "hidden_size": POSITIVE_INT,
+        "num_layers": POSITIVE_INT, "nhead": POSITIVE_INT, "dropout": FRACTION,
+        "pool": one_of("attention", "mean"), "holdout": FRACTION,
+        "n_jobs": [int, None], **TRAINING}
+
     def _check_params(self) -> None:
-        check_params(self, ints=("horizon", "hidden_size", "num_layers", "nhead"),
-                     optional_ints=("lookback", "season"), fractions=("dropout", "holdout"))
-        if self.encoder not in ("gru", "lstm", "transformer"):
-            raise ValueError(f"encoder must be gru, lstm or transformer, got {self.encoder!r}")
-        if self.base not in BASES:
-            allowed = ", ".join(BASES)
-            raise ValueError(f"base must be one of {allowed} (auto's per-series search is "
-                             f"AttentionForecaster's), got {self.base!r}")
-        if self.pool not in ("attention", "mean"):
-            raise ValueError(f"pool must be 'attention' or 'mean', got {self.pool!r}")
+        self._validate_params()
+        if self.encoder == "transformer" and self.hidden_size % self.nhead:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by nhead "
+                             f"({self.nhead}) for the transformer encoder")
 
     def _build(self) -> torch.nn.Module:
         H = self.horizon

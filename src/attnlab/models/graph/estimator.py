@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
-from attnlab.models._params import keyword_only_after_first
+from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING, keyword_only_after_first
 from attnlab.models.graph.data import (  # noqa: F401
     Graph,
     GraphInputError,
@@ -33,7 +33,6 @@ from attnlab.models.latex import Equations
 from attnlab.models.training import (
     TrainConfig,
     TrainHistory,
-    check_params,
     resolve_device,
     seeded,
     train,
@@ -73,6 +72,10 @@ class GATClassifier(BaseEstimator):
         (34,)
     """
 
+    _parameter_constraints: dict = {
+        "hidden": POSITIVE_INT, "heads": POSITIVE_INT, "dropout": FRACTION,
+        **{k: v for k, v in TRAINING.items() if k not in ("batch_size", "clip_norm")}}
+
     @keyword_only_after_first
     def __init__(self, hidden: int = 8, *, heads: int = 8, dropout: float = 0.6, lr: float = 0.005,
                  weight_decay: float = 5e-4, max_epochs: int = 200, patience: int = 100,
@@ -84,8 +87,7 @@ class GATClassifier(BaseEstimator):
 
     def fit(self, graph: Graph, train_mask, val_mask=None) -> "GATClassifier":
         """Fit on the nodes of ``train_mask`` (bool, one per node) that have labels."""
-        check_params(self, ints=("hidden", "heads", "max_epochs", "patience"),
-                     fractions=("dropout",))
+        self._validate_params()
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be an attnlab.models.Graph (from_networkx, from_frames, "
                             f"from_csv or karate()), got {type(graph).__name__}")

@@ -32,7 +32,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from attnlab.models import io
-from attnlab.models._params import keyword_only_after_first
+from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING, keyword_only_after_first
 from attnlab.models.latex import Equations
 from attnlab.models.tabular.inputs import (  # noqa: F401
     TableInput,
@@ -43,7 +43,6 @@ from attnlab.models.tabular.inputs import (  # noqa: F401
 from attnlab.models.training import (
     TrainConfig,
     TrainHistory,
-    check_params,
     resolve_device,
     seeded,
     train,
@@ -120,9 +119,12 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
 
     # ---- parameters and input -----------------------------------------------------------
 
+    _parameter_constraints: dict = {
+        "d_token": POSITIVE_INT, "n_blocks": POSITIVE_INT, "nhead": POSITIVE_INT,
+        "dropout": FRACTION, "val_fraction": FRACTION, **TRAINING}
+
     def _check_params(self):
-        check_params(self, ints=("d_token", "n_blocks", "nhead"),
-                     fractions=("dropout", "val_fraction"))
+        self._validate_params()
         if self.d_token % self.nhead:
             raise ValueError(f"d_token ({self.d_token}) must be divisible by nhead "
                              f"({self.nhead})")
