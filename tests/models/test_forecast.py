@@ -171,6 +171,22 @@ def test_save_load_round_trip_and_bad_files(tmp_path):
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="does not match"):
         load(path)
+    # A fitted value missing from the state is named
+    cfg["params"]["hidden_size"] = f.hidden_size
+    del cfg["state"]["n_obs_"]
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="lacks or misreads 'n_obs_'; the model folder is "
+                       "corrupted"):
+        load(path)
+
+
+def test_every_estimator_saves_and_loads_through_one_implementation():
+    from attnlab.models import ESTIMATORS
+    from attnlab.models.io import SavedEstimator
+
+    for cls in ESTIMATORS.values():
+        assert issubclass(cls, SavedEstimator)
+        assert cls.save is SavedEstimator.save and cls.load.__func__ is SavedEstimator.load.__func__
 
 
 def test_lookback_shorter_than_the_season():

@@ -137,3 +137,44 @@ def restore_net(build, tensors: dict[str, torch.Tensor], path, device) -> torch.
 def net_tensors(net: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A network's state under the ``net.`` prefix that :func:`restore_net` reads."""
     return {f"net.{k}": v for k, v in net.state_dict().items()}
+
+
+class SavedEstimator:
+    """``save()`` and ``load()`` for every fitted estimator, written once. A subclass says
+    what its fit left beyond the network and the training history: :meth:`_saved` returns
+    that as ``(state, tensors)`` (plain JSON values, and arrays), and :meth:`_restore` sets it
+    back from them and returns the function that builds the (untrained) network, whose weights
+    are then loaded strictly."""
+
+    def _saved(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def _restore(self, state: dict, tensors: dict[str, torch.Tensor]):
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``path/model.safetensors`` (the network and every fitted array) and
+        ``path/config.json`` (the parameters and the fitted state), atomically; no pickle."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "net_")
+        state, tensors = self._saved()
+        state["history"] = self.history_.to_dict()
+        return write_model(path, type(self).__name__, self.get_params(), state,
+                           {**net_tensors(self.net_), **tensors})
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | None = None):
+        """An estimator written by :meth:`save` (``device`` overrides the saved one); a folder
+        that lacks a value or holds a wrong one is refused, naming it."""
+        from attnlab.models.training import TrainHistory
+
+        self, state, tensors = open_model(cls, path, device)
+        try:
+            build = self._restore(state, tensors)
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"{str(path)!r} lacks or misreads {err}; the model folder is "
+                             "corrupted, save the model again") from None
+        self.net_ = restore_net(build, tensors, path, self.device_)
+        self.history_ = TrainHistory.from_dict(state.get("history", {}))
+        return self

@@ -29,8 +29,6 @@ origin; errors are MAE, RMSE, MAPE and MASE.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -114,7 +112,7 @@ class WindowSettings:
         return self._history + self.horizon + 10
 
 
-class AttentionForecaster(WindowSettings, BaseEstimator):
+class AttentionForecaster(WindowSettings, io.SavedEstimator, BaseEstimator):
     """Multi-step forecaster with attention over past time steps.
 
     Args:
@@ -609,11 +607,8 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
 
     _STATE = ("mean_", "std_", "dscale_", "n_exog_", "n_features_", "n_obs_")
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``path/model.safetensors`` and ``path/config.json`` (no pickle)."""
-        self._check_fitted()
-        tensors = io.net_tensors(self.net_)
-        tensors["y_tail"] = torch.tensor(self.y_tail_)
+    def _saved(self) -> tuple[dict, dict]:
+        tensors = {"y_tail": torch.tensor(self.y_tail_)}
         if getattr(self, "n_future_", 0):
             tensors["xf_mean"] = torch.tensor(self.xf_mean_)
             tensors["xf_std"] = torch.tensor(self.xf_std_)
@@ -622,7 +617,6 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
             tensors["x_mean"] = torch.tensor(self.x_mean_)
             tensors["x_std"] = torch.tensor(self.x_std_)
         state = {k: getattr(self, k) for k in self._STATE}
-        state["history"] = self.history_.to_dict()
         state["base"] = self.base_.to_dict()
         state["shrink"] = self.shrink_
         state["base_scores"] = self.base_scores_
@@ -633,43 +627,34 @@ class AttentionForecaster(WindowSettings, BaseEstimator):
         state["n_calibration"] = getattr(self, "n_calibration_", None)
         state["base_only"] = bool(getattr(self, "base_only_", False))
         state["notes"] = list(getattr(self, "notes_", []))
-        return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
+        return state, tensors
 
-    @classmethod
-    def load(cls, path: str | Path, device: str | None = None) -> "AttentionForecaster":
-        """Load a forecaster written by :meth:`save`."""
-        self, state, tensors = io.open_model(cls, path, device)
-        try:
-            for k in cls._STATE:
-                setattr(self, k, state[k])
-            # a model saved before the hybrid bases existed used seasonal naive
-            self.base_ = base_from_dict(state.get("base") or {
-                "name": "seasonal_naive", "season": self.effective_season})
-            self.base_name_ = self.base_.name
-            self.base_scores_ = state.get("base_scores", {})
-            self.shrink_ = float(state.get("shrink", 1.0))
-            self.base_state_ = state.get("base_state")
-            self.network_in_use_ = self.shrink_ > 0
-            self.interval_widths_ = state.get("interval_widths") or {
-                f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
-            self.y_tail_ = tensors["y_tail"].numpy()
-            self.n_future_ = int(state.get("n_future", 0))
-            self.calendar_ = state.get("calendar")
-            self.n_calibration_ = state.get("n_calibration")
-            self.base_only_ = bool(state.get("base_only", False))
-            self.notes_ = list(state.get("notes", []))
-            if self.n_future_:
-                self.xf_mean_ = tensors["xf_mean"].numpy()
-                self.xf_std_ = tensors["xf_std"].numpy()
-            self.x_tail_ = self.x_mean_ = self.x_std_ = None
-            if self.n_exog_:
-                self.x_tail_ = tensors["x_tail"].numpy()
-                self.x_mean_ = tensors["x_mean"].numpy()
-                self.x_std_ = tensors["x_std"].numpy()
-        except KeyError as err:
-            raise ValueError(f"{str(path)!r} lacks {err}; the model folder is corrupted") from None
-        self.net_ = io.restore_net(lambda: self._build(self.n_features_), tensors, path,
-                                   self.device_)
-        self.history_ = TrainHistory.from_dict(state.get("history", {}))
+    def _restore(self, state: dict, tensors: dict):
+        for k in self._STATE:
+            setattr(self, k, state[k])
+        # a model saved before the hybrid bases existed used seasonal naive
+        self.base_ = base_from_dict(state.get("base") or {
+            "name": "seasonal_naive", "season": self.effective_season})
+        self.base_name_ = self.base_.name
+        self.base_scores_ = state.get("base_scores", {})
+        self.shrink_ = float(state.get("shrink", 1.0))
+        self.base_state_ = state.get("base_state")
+        self.network_in_use_ = self.shrink_ > 0
+        self.interval_widths_ = state.get("interval_widths") or {
+            f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
+        self.y_tail_ = tensors["y_tail"].numpy()
+        self.n_future_ = int(state.get("n_future", 0))
+        self.calendar_ = state.get("calendar")
+        self.n_calibration_ = state.get("n_calibration")
+        self.base_only_ = bool(state.get("base_only", False))
+        self.notes_ = list(state.get("notes", []))
+        if self.n_future_:
+            self.xf_mean_ = tensors["xf_mean"].numpy()
+            self.xf_std_ = tensors["xf_std"].numpy()
+        self.x_tail_ = self.x_mean_ = self.x_std_ = None
+        if self.n_exog_:
+            self.x_tail_ = tensors["x_tail"].numpy()
+            self.x_mean_ = tensors["x_mean"].numpy()
+            self.x_std_ = tensors["x_std"].numpy()
         self.attention_ = None
-        return self
+        return lambda: self._build(self.n_features_)

@@ -56,6 +56,7 @@ from attnlab.models.forecast.bases import BASES, FALLBACKS, fit_first
 from attnlab.models.forecast.estimator import WindowSettings, conformal_widths
 from attnlab.models.forecast.inputs import as_series
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.io import SavedEstimator
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
 
 LEVELS = (0.8, 0.95)
@@ -130,7 +131,7 @@ def series_scale(y: np.ndarray, season: int) -> float:
     return seasonal_scale(y, season) or (float(np.abs(y).mean()) or 1.0)
 
 
-class GlobalForecaster(WindowSettings, BaseEstimator):
+class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
     """One attention network over many series, each series' statistical base kept.
 
     Args:
@@ -423,54 +424,36 @@ class GlobalForecaster(WindowSettings, BaseEstimator):
         """The model's equations with its dimensions, as a LaTeX ``align`` fragment."""
         return self.equations().to_latex()
 
-    def save(self, path):
-        """Write ``path/model.safetensors`` (the network and every series' values) and
-        ``path/config.json`` (parameters, each series' base and scale, ``w``, the interval
-        widths, notes); no pickle."""
-        from attnlab.models import io
-
-        check_is_fitted(self, "net_")
-        tensors = io.net_tensors(self.net_)
-        tensors["values"] = torch.tensor(np.concatenate(self.series_), dtype=torch.float64)
-        tensors["lengths"] = torch.tensor([len(y) for y in self.series_], dtype=torch.int64)
-        tensors["scales"] = torch.tensor(self.scales_, dtype=torch.float64)
+    def _saved(self) -> tuple[dict, dict]:
+        tensors = {"values": torch.tensor(np.concatenate(self.series_), dtype=torch.float64),
+                   "lengths": torch.tensor([len(y) for y in self.series_], dtype=torch.int64),
+                   "scales": torch.tensor(self.scales_, dtype=torch.float64)}
         ids = [i if isinstance(i, (int, str)) else str(i) for i in self.ids_]
         state = {"ids": ids, "bases": [b.to_dict() for b in self.bases_],
                  "dates": [_plain_dates(d) for d in self.dates_],
                  "in_network": [bool(v) for v in self.in_network_],
                  "shrink": self.shrink_, "interval_widths": self.interval_widths_,
-                 "n_calibration": self.n_calibration_, "notes": self.notes_,
-                 "history": self.history_.to_dict()}
-        return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
+                 "n_calibration": self.n_calibration_, "notes": self.notes_}
+        return state, tensors
 
-    @classmethod
-    def load(cls, path, device: str | None = None) -> "GlobalForecaster":
-        """Load a forecaster written by :meth:`save`."""
-        from attnlab.models import io
+    def _restore(self, state: dict, tensors: dict):
         from attnlab.models.forecast.bases import base_from_dict
-        from attnlab.models.training import TrainHistory
 
-        self, state, tensors = io.open_model(cls, path, device)
-        try:
-            values = tensors["values"].numpy()
-            cuts = np.cumsum(tensors["lengths"].numpy())[:-1]
-            self.series_ = np.split(values, cuts)
-            self.scales_ = tensors["scales"].numpy()
-            self.ids_ = list(state["ids"])
-            self.bases_ = [base_from_dict(b) for b in state["bases"]]
-            self.base_names_ = [b.name for b in self.bases_]
-            self.dates_ = [_restore_dates(d) for d in state["dates"]]
-            self.in_network_ = np.array(state["in_network"], dtype=bool)
-            self.shrink_ = float(state["shrink"])
-            self.network_in_use_ = self.shrink_ > 0
-            self.interval_widths_ = state["interval_widths"]
-            self.n_calibration_ = int(state["n_calibration"])
-            self.notes_ = list(state["notes"])
-            self.history_ = TrainHistory.from_dict(state.get("history", {}))
-        except KeyError as err:
-            raise ValueError(f"{str(path)!r} lacks {err}; the model folder is corrupted") from None
-        self.net_ = io.restore_net(self._build, tensors, path, self.device_)
-        return self
+        values = tensors["values"].numpy()
+        cuts = np.cumsum(tensors["lengths"].numpy())[:-1]
+        self.series_ = np.split(values, cuts)
+        self.scales_ = tensors["scales"].numpy()
+        self.ids_ = list(state["ids"])
+        self.bases_ = [base_from_dict(b) for b in state["bases"]]
+        self.base_names_ = [b.name for b in self.bases_]
+        self.dates_ = [_restore_dates(d) for d in state["dates"]]
+        self.in_network_ = np.array(state["in_network"], dtype=bool)
+        self.shrink_ = float(state["shrink"])
+        self.network_in_use_ = self.shrink_ > 0
+        self.interval_widths_ = state["interval_widths"]
+        self.n_calibration_ = int(state["n_calibration"])
+        self.notes_ = list(state["notes"])
+        return self._build
 
     def predict(self, h: int | None = None):
         """Every series' forecast as a long data frame: ``unique_id``, ``ds``, ``forecast``,

@@ -10,8 +10,6 @@ with the shared training loop (early stopping only when a ``val_mask`` is given)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -55,7 +53,7 @@ class _GAT(nn.Module):
         return (x, a1, a2) if return_weights else x
 
 
-class GATClassifier(BaseEstimator):
+class GATClassifier(io.SavedEstimator, BaseEstimator):
     """Two-layer GAT for transductive node classification (``BaseEstimator`` gives it
     ``get_params`` / ``set_params``; ``fit`` takes a graph and a mask, not scikit-learn's X, y).
 
@@ -225,31 +223,15 @@ class GATClassifier(BaseEstimator):
         """The equations as Markdown with math."""
         return self.equations().to_markdown()
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``path/model.safetensors`` (weights, node features, edges) and
-        ``path/config.json`` (params, classes, labels, node names)."""
-        self._check_fitted()
+    def _saved(self) -> tuple[dict, dict]:
         g = self.graph_
-        tensors = io.net_tensors(self.net_)
-        tensors["graph.x"] = g.x.float()
-        tensors["graph.edge_index"] = g.edge_index
+        tensors = {"graph.x": g.x.float(), "graph.edge_index": g.edge_index}
         state = {"classes": [str(c) for c in self.classes_],
-                 "labels": [None if v is None else str(v) for v in g.y], "names": g.names,
-                 "history": self.history_.to_dict()}
-        return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
+                 "labels": [None if v is None else str(v) for v in g.y], "names": g.names}
+        return state, tensors
 
-    @classmethod
-    def load(cls, path: str | Path, device: str | None = None) -> "GATClassifier":
-        """A classifier saved with :meth:`save`."""
-        self, s, tensors = io.open_model(cls, path, device)
-        try:
-            self.classes_ = np.asarray(s["classes"], dtype=object)
-            g = Graph(tensors["graph.x"], tensors["graph.edge_index"], list(s["labels"]),
-                      list(s["names"]))
-        except (TypeError, KeyError) as err:
-            raise ValueError(f"{str(path)!r}: the model folder is corrupted ({err})") from None
-        self.net_ = io.restore_net(lambda: self._build(g.x.shape[1]), tensors, path,
-                                   self.device_)
-        self.history_ = TrainHistory.from_dict(s.get("history", {}))
-        self.graph_ = g
-        return self
+    def _restore(self, s: dict, tensors: dict):
+        self.classes_ = np.asarray(s["classes"], dtype=object)
+        self.graph_ = Graph(tensors["graph.x"], tensors["graph.edge_index"], list(s["labels"]),
+                            list(s["names"]))
+        return lambda: self._build(self.graph_.x.shape[1])

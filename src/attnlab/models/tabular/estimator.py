@@ -19,8 +19,6 @@ category, string and bool columns are categorical (unseen or missing categories 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -42,7 +40,6 @@ from attnlab.models.tabular.inputs import (  # noqa: F401
 )
 from attnlab.models.training import (
     TrainConfig,
-    TrainHistory,
     resolve_device,
     seeded,
     train,
@@ -90,7 +87,7 @@ class _FTNet(nn.Module):
         return (out, res.attentions) if return_weights else out
 
 
-class _FeatureAttentionBase(TableInput, BaseEstimator):
+class _FeatureAttentionBase(TableInput, io.SavedEstimator, BaseEstimator):
     @keyword_only_after_first
     def __init__(self, d_token: int = 32, *, n_blocks: int = 2, nhead: int = 4,
                  dropout: float = 0.1, val_fraction: float = 0.15, max_epochs: int = 200,
@@ -277,12 +274,9 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
     def _extra_state(self) -> dict:
         return {}
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``path/model.safetensors`` and ``path/config.json`` (no pickle)."""
-        check_is_fitted(self, "net_")
+    def _saved(self) -> tuple[dict, dict]:
         q = self.quantile_
-        tensors = io.net_tensors(self.net_)
-        tensors["feature_importances"] = torch.tensor(self.feature_importances_)
+        tensors = {"feature_importances": torch.tensor(self.feature_importances_)}
         if self.num_columns_:
             tensors["quantile.quantiles"] = torch.tensor(q.quantiles_)
             tensors["quantile.references"] = torch.tensor(q.references_)
@@ -291,37 +285,27 @@ class _FeatureAttentionBase(TableInput, BaseEstimator):
                  "feature_names_in": None if not hasattr(self, "feature_names_in_")
                  else [str(c) for c in self.feature_names_in_],
                  "n_features_in": int(self.n_features_in_),
-                 "n_out": int(self.net_.head[-1].out_features),
-                 "history": self.history_.to_dict(), **self._extra_state()}
-        return io.write_model(path, type(self).__name__, self.get_params(), state, tensors)
+                 "n_out": int(self.net_.head[-1].out_features), **self._extra_state()}
+        return state, tensors
 
-    @classmethod
-    def load(cls, path: str | Path, device: str | None = None):
-        """Load an estimator written by :meth:`save`."""
-        self, s, tensors = io.open_model(cls, path, device)
-        try:
-            self.num_columns_, self.cat_columns_ = list(s["num_columns"]), list(s["cat_columns"])
-            self.categories_ = {k: list(v) for k, v in s["categories"].items()}
-            self.from_frame_ = bool(s["from_frame"])
-            if s["feature_names_in"] is not None:
-                self.feature_names_in_ = np.asarray(s["feature_names_in"], dtype=object)
-            self.n_features_in_ = int(s["n_features_in"])
-            n_out = int(s["n_out"])
-            self._load_extra_state(s)
-            self.feature_importances_ = tensors["feature_importances"].numpy()
-            q = QuantileTransformer(output_distribution="normal")
-            if self.num_columns_:
-                q.quantiles_ = tensors["quantile.quantiles"].numpy()
-                q.references_ = tensors["quantile.references"].numpy()
-                q.n_quantiles_ = len(q.references_)
-                q.n_features_in_ = q.quantiles_.shape[1]
-            self.quantile_ = q
-        except (KeyError, TypeError, AttributeError) as err:
-            raise ValueError(f"{str(path)!r} lacks {err}; the model folder is corrupted"
-                             ) from None
-        self.net_ = io.restore_net(lambda: self._build(n_out), tensors, path, self.device_)
-        self.history_ = TrainHistory.from_dict(s.get("history", {}))
-        return self
+    def _restore(self, s: dict, tensors: dict):
+        self.num_columns_, self.cat_columns_ = list(s["num_columns"]), list(s["cat_columns"])
+        self.categories_ = {k: list(v) for k, v in s["categories"].items()}
+        self.from_frame_ = bool(s["from_frame"])
+        if s["feature_names_in"] is not None:
+            self.feature_names_in_ = np.asarray(s["feature_names_in"], dtype=object)
+        self.n_features_in_ = int(s["n_features_in"])
+        n_out = int(s["n_out"])
+        self._load_extra_state(s)
+        self.feature_importances_ = tensors["feature_importances"].numpy()
+        q = QuantileTransformer(output_distribution="normal")
+        if self.num_columns_:
+            q.quantiles_ = tensors["quantile.quantiles"].numpy()
+            q.references_ = tensors["quantile.references"].numpy()
+            q.n_quantiles_ = len(q.references_)
+            q.n_features_in_ = q.quantiles_.shape[1]
+        self.quantile_ = q
+        return lambda: self._build(n_out)
 
     def _load_extra_state(self, state: dict) -> None:
         pass
