@@ -1,199 +1,25 @@
-"""The jobs behind ``attnlab fit forecast|tabular|graph`` and ``attnlab predict``:
-load data, evaluate against baselines, fit the final model, write metrics, figures, the model
-and its equations into one folder. Every file is written atomically.
-"""
+"""The forecasting jobs: ``fit forecast`` (one series, or many with ``--id``) and
+``predict`` from a saved forecaster."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import warnings
-from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from attnlab._files import atomic_path, write_text_atomic
+from attnlab._files import write_text_atomic
+from attnlab.cli.jobs.folder import CLI_BASELINES, Say, check_out, quiet, result_folder
+from attnlab.cli.jobs.paper import (
+    paper_folder,
+)
 from attnlab.cli.readers import read_csv, series_with_future
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
-
-MARKER = ".attnlab-run"
-
-# what `fit forecast` and `paper` compare with: the traditional methods applied users pick
-CLI_BASELINES = ("seasonal_naive", "ets", "ar", "arima", "theta", "combination")
-
-
-def check_out(out) -> None:
-    """Refuse a bad ``--out`` before any work: a file, or a folder attnlab did not write that
-    holds anything (the same rule :func:`result_folder` applies when it writes)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a file; give a folder (a new one, or one an "
-                         "earlier attnlab run wrote)")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise ValueError(f"--out {str(out)!r} holds files attnlab did not write; give a new or "
-                         "empty folder (a run replaces its --out folder whole)")
-
-
-@contextmanager
-def result_folder(out: Path):
-    """A temporary folder beside ``out`` that replaces it whole when the run succeeds, so a
-    run's outputs appear together or not at all (an interrupted run leaves an older run's
-    folder as it was, never new files beside an old model). A folder attnlab did not write
-    (no marker file) that holds anything is refused rather than replaced."""
-    out = Path(out)
-    check_out(out)
-    with atomic_path(out, folder=True) as tmp:
-        (tmp / MARKER).write_text("written by attnlab; the folder is replaced by the next run\n")
-        yield tmp
-
-# ---- the paper section ---------------------------------------------------------------------
-
-ENGINES = {"en": "pdflatex", "zh": "xelatex"}
-
-
-def compile_tex(folder: Path, name: str, lang: str, timeout: float = 300) -> Path:
-    """Run the language's engine on ``folder/name``; returns the PDF, or raises ValueError with
-    the log's first error line."""
-    engine = ENGINES[lang]
-    if shutil.which(engine) is None:
-        raise FileNotFoundError(engine)
-    res = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", name],
-                         cwd=folder, capture_output=True, text=True, timeout=timeout)
-    pdf = folder / (Path(name).stem + ".pdf")
-    if res.returncode != 0 or not pdf.exists():
-        first = next((ln for ln in res.stdout.splitlines() if ln.startswith("!")), "no log line")
-        raise ValueError(f"{engine} failed on {name}: {first}")
-    for ext in (".aux", ".log"):
-        (folder / (Path(name).stem + ext)).unlink(missing_ok=True)
-    return pdf
-
-def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None,
-                train: list | None = None) -> list[str]:
-    """Figures (vector PDFs at print size, in ``lang``), ``paper.tex`` and (where an engine
-    exists, or when asked) ``paper.pdf`` in the folder ``d``; ``train``: a panel's training
-    parts, for its forecast figure. Returns the files written."""
-    from attnlab._files import write_text_atomic
-    from attnlab.models.forecast.paper import paper_tex
-    from attnlab.models.forecast.paper.context import is_panel
-    from attnlab.plots import paper as figures
-
-    d.mkdir(parents=True, exist_ok=True)
-    model, bt, panel = inputs.model, inputs.backtest, is_panel(inputs)
-    figures.save_architecture(model, d / "architecture.pdf", lang, panel)
-    inputs.figures = {"architecture": "architecture.pdf"}
-    if panel and train is not None:
-        _, inputs.shown = figures.save_panel(bt, train, d / "backtest.pdf", lang)
-        inputs.figures["backtest"] = "backtest.pdf"
-    elif not panel and inputs.y is not None:
-        figures.save_backtest(inputs.y, bt, d / "backtest.pdf", lang)
-        inputs.figures["backtest"] = "backtest.pdf"
-    att = np.asarray(bt.attention, dtype=float)
-    rows = np.isfinite(att).all(1)
-    if model.pool != "mean" and rows.any():
-        labels = [lab for lab, ok in zip(inputs.origin_labels, rows) if ok]
-        figures.save_attention(att[rows], labels, d / "attention.pdf", lang, panel)
-        inputs.figures["attention"] = "attention.pdf"
-    files = list(inputs.figures.values())
-    write_text_atomic(d / "paper.tex", paper_tex(inputs, lang))
-    files.append("paper.tex")
-    if compile_pdf is False:
-        return files
-    try:
-        compile_tex(d, "paper.tex", lang)
-        files.append("paper.pdf")
-    except FileNotFoundError:
-        if compile_pdf:
-            raise ValueError(f"--compile needs {ENGINES[lang]} (TeX Live; for Chinese also "
-                             "ctex: Debian's texlive-xetex and texlive-lang-chinese)") from None
-    return files
-
-
-def _paper_folder(d: Path, bt, index, name: str, y=None) -> None:
-    """The paper section of a fit (``attnlab paper`` adds the ablation and sensitivity):
-    paper.tex and its figures (not compiled: `attnlab paper` compiles)."""
-    from attnlab.models.forecast.paper import PaperInputs
-    from attnlab.plots.forecast import time_label
-
-    inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins], y=y)
-    write_paper(d, inputs, "en", False)
-
-
-def _table_paper(d: Path, est, m: dict) -> None:
-    """paper/ of a table fit: the model section with the cross-validation comparison."""
-    from attnlab.models.forecast.paper import model_section_tex
-
-    d.mkdir(parents=True, exist_ok=True)
-    rows = sorted(m["cv"].items(), key=lambda kv: -kv[1]["mean"])
-    best_other = max((kv for kv in rows if not kv[0].startswith("attention")),
-                     key=lambda kv: kv[1]["mean"])
-    ours = m["cv"]["attention (FT-Transformer)"]["mean"]
-    sentences = [f"The attention model's mean {m['scoring']} over the {m['folds']} folds is "
-                 f"{ours:.4f}, " + ("at or above" if ours >= best_other[1]["mean"] else "below")
-                 + f" the best baseline ({best_other[0]}, {best_other[1]['mean']:.4f})."]
-    tex = model_section_tex(
-        est.equations(),
-        assumptions=["Rows are independent draws from one population; the folds are a random "
-                     "partition of them" + (" stratified by class." if m["task"] ==
-                                            "classification" else "."),
-                     "Numeric features enter through their training quantiles (a quantile "
-                     "transform), categorical ones through an embedding per level.",
-                     f"Every model is scored on the same {m['folds']} folds ({m['scoring']})."],
-        results=[(f"{m['folds']}-fold cross-validation, {m['rows']} rows, {m['features']} "
-                  "features.", ["model", f"mean {m['scoring']}", "std"],
-                  [(k, f"{v['mean']:.4f}", f"{v['std']:.4f}") for k, v in rows])],
-        sentences=sentences,
-        figures=[("../importance.png", "Feature importance from the [CLS] token's attention."),
-                 ("../attention.png", "Attention between feature tokens.")])
-    write_text_atomic(d / "paper.tex", tex)
-
-
-def _graph_paper(d: Path, clf, m: dict) -> None:
-    """paper/ of a graph fit: the model section with the held-out (or the seeds') comparison."""
-    from attnlab.models.forecast.paper import model_section_tex
-
-    d.mkdir(parents=True, exist_ok=True)
-    if "gat_mean" in m:                                   # the karate study over seeds
-        rows = [("GAT", f"{m['gat_mean']:.3f}", f"{m['gat_std']:.3f}"),
-                ("label propagation", f"{m['lp_mean']:.3f}", f"{m['lp_std']:.3f}"),
-                ("spectral (normalised Laplacian)", f"{m['spectral_mean']:.3f}",
-                 f"{m['spectral_std']:.3f}")]
-        caption = f"Accuracy on the unlabelled nodes over {len(m['rows'])} random splits."
-    elif m.get("holdout", {}).get("folds"):
-        h = m["holdout"]
-        rows = [(k, f"{h[k + '_mean']:.3f}", f"{h[k + '_std']:.3f}")
-                for k in ("gat", "label_propagation", "majority")]
-        caption = f"Accuracy on held-out labelled nodes, {h['folds']} folds."
-    else:
-        rows, caption = [], ""
-    tex = model_section_tex(
-        clf.equations(),
-        assumptions=["The graph is given and fixed; a node's label depends on its own "
-                     "features and on its neighbours'.",
-                     "Labelled and unlabelled nodes come from the same population."],
-        results=[(caption, ["method", "accuracy", "std"], rows)] if rows else [],
-        sentences=[] if rows else ["Too few labelled nodes for a held-out estimate: only the "
-                                   "training accuracy was measured."],
-        figures=[("../graph.png", "The graph with the model's predictions."),
-                 ("../attention.png", "Attention weights between nodes.")])
-    write_text_atomic(d / "paper.tex", tex)
-
-
-# ---- forecasting ----------------------------------------------------------------------------
 
 DEFAULT_ORIGINS = 10
 
 
-def default_origins(model, n: int, say: Say = _quiet) -> int:
+def default_origins(model, n: int, say: Say = quiet) -> int:
     """The backtest's origins when none are asked for: 10, or as many as a series of ``n``
     observations holds (said), with the network fitted before the first where it can be."""
     from attnlab.models.forecast.backtest import base_history, most_origins
@@ -218,7 +44,7 @@ def default_origins(model, n: int, say: Say = _quiet) -> int:
 
 def fit_forecast(y, out: str | Path, *, X=None, X_future=None, future_ahead=None,
                  horizon: int = 12, season: int | None = None, n_origins: int | None = None,
-                 name: str = "series", say: Say = _quiet, refit: bool = False,
+                 name: str = "series", say: Say = quiet, refit: bool = False,
                  **params) -> dict:
     """Backtest (``refit``: a model fitted at every origin; ``n_origins``: default 10, or as
     many as the series holds), fit on the whole series, forecast ahead; write everything
@@ -294,7 +120,7 @@ def fit_forecast(y, out: str | Path, *, X=None, X_future=None, future_ahead=None
     with result_folder(out) as d:
         write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         write_text_atomic(d / "backtest.md", bt.table() + "\n")
-        _paper_folder(d / "paper", bt, index, name, y)
+        paper_folder(d / "paper", bt, index, name, y)
         write_text_atomic(d / "forecast.csv", pd.DataFrame(
             {"step": range(1, horizon + 1), "time": dates or [""] * horizon,
              "forecast": future, "lower_80": lo80, "upper_80": hi80, "lower_95": lo95,
@@ -328,7 +154,7 @@ def _future_index(index, horizon: int) -> list[str] | None:
 
 
 def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None,
-               base: str = "theta", say: Say = _quiet, **params) -> dict:
+               base: str = "theta", say: Say = quiet, **params) -> dict:
     """Many series in one long frame: hold out each series' last ``horizon`` values and score
     the global forecaster against seasonal naive, ETS and Theta there (sMAPE, MASE, interval
     coverage), then fit on every value and write the forecasts, the model and the metrics."""
@@ -370,124 +196,13 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     return metrics
 
 
-# ---- tables ---------------------------------------------------------------------------------
-
-def fit_tabular(X, y, out: str | Path, *, task: str = "auto", folds: int = 5,
-                name: str = "table", say: Say = _quiet, **params) -> dict:
-    """Cross-validate against the baselines, fit on all rows, write everything to ``out``."""
-    import pandas as pd
-    from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
-
-    from attnlab.models.tabular import (
-        FeatureAttentionClassifier,
-        FeatureAttentionRegressor,
-        task_reason,
-    )
-    from attnlab.models.tabular.baselines import tabular_baselines
-    from attnlab.plots.tabular import save_feature_attention, save_importance
-
-    out = Path(out)
-    check_out(out)
-    if isinstance(X, pd.DataFrame):
-        strings = [c for c in X.columns if X[c].dtype == object or pd.api.types.is_string_dtype(
-            X[c]) or pd.api.types.is_bool_dtype(X[c])]
-        X = X.astype({c: "category" for c in strings})
-    if task == "auto":
-        task, why = task_reason(y)
-        other = "regression" if task == "classification" else "classification"
-        say(f"task: {task}, inferred because {why}; pass --task {other} to override")
-    if task not in ("classification", "regression"):
-        raise ValueError(f"--task must be auto, classification or regression, got {task!r}")
-    seed = params.get("seed", 0)
-    est = (FeatureAttentionClassifier if task == "classification"
-           else FeatureAttentionRegressor)(**params)
-    scoring = "accuracy" if task == "classification" else "r2"
-    cv = (StratifiedKFold if task == "classification" else KFold)(folds, shuffle=True,
-                                                                   random_state=seed)
-    # the fast baselines first: a table they cannot take fails in seconds, not after the network
-    models = {**tabular_baselines(X, task, seed), "attention (FT-Transformer)": est}
-    scores = {}
-    for label, m in models.items():
-        say(f"{folds}-fold cross-validation: {label}")
-        try:
-            s = cross_val_score(m, X, y, cv=cv, scoring=scoring, error_score="raise")
-        except (ValueError, TypeError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"the {label} model failed on this table in cross-validation "
-                             f"({first}); --drop the column it names, or clean it") from None
-        scores[label] = {"mean": float(s.mean()), "std": float(s.std()), "folds": s.tolist()}
-    say("fitting the final model on all rows")
-    est.fit(X, y)
-    metrics = {"table": name, "task": task, "rows": int(len(X)), "features": int(X.shape[1]),
-               "scoring": scoring, "folds": folds, "cv": scores,
-               "feature_importance": dict(zip(est.token_names_,
-                                              map(float, est.feature_importances_))),
-               "epochs_final": est.history_.epochs}
-    with result_folder(out) as d:
-        write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        figs = [save_importance(est, d / "importance.png", title=f"{name}: feature importance "
-                                "from [CLS] attention"),
-                save_feature_attention(est, X, d / "attention.png", title=f"{name}: attention "
-                                       "between feature tokens")]
-        write_text_atomic(d / "model.tex", est.to_latex())
-        write_text_atomic(d / "model.md", est.to_markdown())
-        est.save(d / "model")
-        _table_paper(d / "paper", est, metrics)
-    metrics["files"] = [str(out / Path(p).name) for p in figs] + [str(out / n) for n in (
-        "metrics.json", "model.tex", "model.md", "model", "paper")]
-    return metrics
-
-
-# ---- graphs ---------------------------------------------------------------------------------
-
-def fit_graph(graph, out: str | Path, *, karate_seeds: int = 0, seed: int = 0,
-              **params) -> dict:
-    """Fit a GATClassifier on the labelled nodes and write predictions, metrics, figures, the
-    model and its equations. With ``karate_seeds`` (the karate club), first run the study of
-    :func:`~attnlab.models.graph.study.karate_study` and fit on the split of ``seed``."""
-    from attnlab.models.graph import GATClassifier
-    from attnlab.models.graph.study import karate_study
-    from attnlab.plots.graph import save_attention_matrix, save_graph
-
-    out = Path(out)
-    check_out(out)
-    if karate_seeds:
-        study = karate_study(n_seeds=karate_seeds, **params)
-        mask = np.zeros(graph.num_nodes, dtype=bool)
-        mask[study["rows"][seed % karate_seeds]["train_nodes"]] = True
-        metrics = {"example": "karate", **study}
-    else:
-        from attnlab.models.graph.study import holdout_study
-
-        mask = np.array([v is not None for v in graph.y])
-        metrics = {"holdout": holdout_study(graph, mask, seed=seed, **params)}
-    metrics.update(nodes=graph.num_nodes, edges=int(graph.edge_index.shape[1]),
-                   labelled=int(mask.sum()))
-    clf = GATClassifier(seed=seed, **params).fit(graph, mask)
-    metrics["train_accuracy"] = clf.score(mask)
-    rows = [f"{n},{p},{int(m)}" for n, p, m in zip(graph.names, clf.predict(), mask)]
-    with result_folder(out) as d:
-        write_text_atomic(d / "predictions.csv", "node,prediction,labelled\n"
-                          + "\n".join(rows) + "\n")
-        write_text_atomic(d / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        figs = [save_graph(clf, d / "graph.png", mask),
-                save_attention_matrix(clf, d / "attention.png")]
-        write_text_atomic(d / "model.tex", clf.to_latex())
-        write_text_atomic(d / "model.md", clf.to_markdown())
-        clf.save(d / "model")
-        _graph_paper(d / "paper", clf, metrics)
-    metrics["files"] = [str(out / "predictions.csv"), str(out / "metrics.json")] + [
-        str(out / Path(p).name) for p in figs] + [str(out / n) for n in ("model.tex", "model.md",
-                                                                          "model")]
-    return metrics
-
 
 # ---- predicting from a saved model ----------------------------------------------------------
 
 def predict_saved(model_dir, out_csv, *, csv=None, target: str | None = None,
                   time: str | None = None, horizon: int | None = None,
                   exog: list[str] | None = None, future: list[str] | None = None,
-                  id_column: str | None = None, warn: Say = _quiet) -> tuple[Path, int]:
+                  id_column: str | None = None, warn: Say = quiet) -> tuple[Path, int]:
     """Predictions of a saved model into ``out_csv``; returns the path and the row count.
 
     A forecast carries the dates of its steps where they are known (from ``--time`` of
