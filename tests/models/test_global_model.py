@@ -92,6 +92,26 @@ def test_pooled_intervals_cover_exchangeable_series_at_their_level():
         assert abs(covered - q) < 0.05, (q, covered)
 
 
+def test_a_small_panel_calibrates_on_several_windows_per_series_and_still_covers():
+    # 12 long series: 2 calibration series holding out one window each could bound neither
+    # level; their last windows (each base refitted before it) give 2 x 16 errors
+    rng = np.random.default_rng(2)
+    H, n, runs = 4, 80, []
+    for seed in range(4):
+        Y = [rng.uniform(10, 100) + rng.uniform(0.5, 5) * rng.normal(size=n + H)
+             for _ in range(12)]
+        g = GlobalForecaster(H, base="none", lookback=8, max_epochs=2, seed=seed).fit(
+            [y[:n] for y in Y])
+        assert g.n_calibration_ == 2 * 18       # min(ceil(40 / 2), (80 - 8) // 4) each
+        assert not any("unbounded" in note for note in g.notes_)
+        fc, bounds = g.forecast_arrays()
+        test = np.stack([y[n:] for y in Y])
+        runs.append({q: float(((test >= lo) & (test <= hi)).mean())
+                     for q, (lo, hi) in bounds.items()})
+    for q in (0.8, 0.95):
+        assert abs(np.mean([r[q] for r in runs]) - q) < 0.1, runs
+
+
 @pytest.mark.parametrize("Y, words", [
     ([1.0, 2.0, 3.0], "one series of numbers"),
     (pd.DataFrame({"id": [1], "ds": [1], "y": [1.0]}), "lacks ['unique_id']"),

@@ -22,10 +22,13 @@ half of them stop the training, the other half set ``w`` and calibrate the inter
 other window of every series trains the network (a held-out series' windows end before its
 held-out one), so a series of lookback + horizon observations still teaches it.
 Intervals are split conformal, pooled across series in each series' scale: for level q and
-step h, the ceil((n + 1) q)-th smallest ``|error| / s_i`` over the n calibration series,
-times ``s_i``. Per-series calibration would need many held-out windows per series, which short
-series (M3's yearly ones have 14 observations) do not have; pooling assumes the series'
-scaled errors are exchangeable.
+step h, the ceil((n + 1) q)-th smallest ``|error| / s_i`` over the n calibration windows,
+times ``s_i``. A calibration series holds out one window when there are at least 40 of them;
+a smaller panel's calibration series each hold out their last ceil(40 / series) windows (as
+many as fit), each forecast by a base fitted before it. Per-series calibration would need many
+held-out windows per series, which short series (M3's yearly ones have 14 observations) do
+not have; pooling assumes the series' scaled errors are exchangeable (and a series' successive
+windows roughly so).
 
 A series shorter than one window (lookback + horizon) gets its base's forecast, and one line
 in ``notes_`` says which series.
@@ -60,6 +63,10 @@ from attnlab.models.io import SavedEstimator
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
 
 LEVELS = (0.8, 0.95)
+#: the calibration errors aimed at: with fewer calibration series than this, each holds out
+#: its last ceil(40 / series) windows (as many as it has), so a 95% bound (19 errors at least)
+#: exists on a panel of a dozen long series
+CALIBRATION_WINDOWS = 40
 
 
 def as_panel(Y, name: str = "Y") -> tuple[list, list[np.ndarray], list]:
@@ -263,20 +270,24 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         members = rng.permutation(np.flatnonzero(self.in_network_))
         k = int(round(self.holdout * len(members)))
         calibrate, stop = set(members[: k // 2].tolist()), set(members[k // 2: k].tolist())
+        # few calibration series: each holds out its last few windows, so that the 95% bound
+        # rests on about CALIBRATION_WINDOWS errors rather than on one per series
+        per = -(-CALIBRATION_WINDOWS // len(calibrate)) if calibrate else 1
         for i in np.sort(members):
             n = lengths[i]
-            held = i in calibrate or i in stop
-            # a held-out series' last window is unseen: its training windows end before it
-            last = n - 2 * H if held else n - H
+            # every held-out window keeps a lookback of observations before it
+            r = max(1, min(per, (n - L) // H)) if i in calibrate else int(i in stop)
+            held_ends = n - H * np.arange(1, r + 1)
+            # a held-out series' last windows are unseen: its training windows end before them
+            last = (held_ends.min() if r else n) - H
             ends = np.arange(max(L, self.bases_[i].history), last + 1)
             if len(ends):
                 parts["train"].append((i, ends, None))
-            if held:
+            for end in held_ends:
                 # the held-out window's base is fitted without it, as at forecast time: errors
                 # of a base fitted on the window itself would make the intervals too narrow
-                before, _ = fit_first([self.base_names_[i]], self.series_[i][:n - H], m)
-                parts["cal" if i in calibrate else "stop"].append((i, np.array([n - H]),
-                                                                   before))
+                before, _ = fit_first([self.base_names_[i]], self.series_[i][:end], m)
+                parts["cal" if i in calibrate else "stop"].append((i, np.array([end]), before))
         data = {k: self._tensors(v) for k, v in parts.items()}
         self.device_ = resolve_device(self.device)
         config = TrainConfig.of(self)
@@ -302,8 +313,9 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
                 need = int(np.ceil(q / (1 - q) - 1e-9))
                 self.notes_.append(
                     f"the {q:.0%} interval is unbounded (-inf, inf): {self.n_calibration_} "
-                    f"held-out series calibrate it and a {q:.0%} bound needs at least {need}; "
-                    "give more series or a larger holdout")
+                    f"held-out windows of {len(calibrate)} series calibrate it and a {q:.0%} "
+                    f"bound needs at least {need}; give more or longer series, or a larger "
+                    "holdout")
         return self
 
     def _fit_bases(self) -> list[str]:

@@ -165,6 +165,7 @@ def context(inp: PaperInputs) -> dict:
         c.update(S=len(m.series_), short=int((~m.in_network_).sum()),
                  n_cal=int(m.n_calibration_), holdout=float(m.holdout),
                  held=int(round(m.holdout * int(m.in_network_.sum()))),
+                 cal_series=int(round(m.holdout * int(m.in_network_.sum()))) // 2,
                  widths={float(q): np.asarray(v, dtype=float)
                          for q, v in m.interval_widths_.items()})
     if inp.ablation is not None:

@@ -151,7 +151,8 @@ def _estimation(inp, c, lang) -> list[str]:
     out = [f"\\subsection*{{{fill(lang, 'h.estimation')}}}"]
     if c["panel"]:
         out.append(fill(lang, "estimation.panel", S=c["S"], held=c["held"],
-                        holdout=_pct(c["holdout"]), ncal=c["n_cal"], epochs=epochs or 0,
+                        holdout=_pct(c["holdout"]), ncal=c["n_cal"], calseries=c["cal_series"],
+                        epochs=epochs or 0,
                         **common))
         text = fill(lang, "intervals.panel", ncal=c["n_cal"])
         for q, widths in sorted(c["widths"].items()):
