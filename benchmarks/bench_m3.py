@@ -196,6 +196,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     p.add_argument("--figure", type=Path, default=None,
                    help="also draw the results here (PNG)")
+    p.add_argument("--only", default="",
+                   help="comma-separated frequencies to rerun, merged into the existing "
+                   "results file (the others are kept as they were)")
     p.add_argument("--from-json", type=Path, default=None,
                    help="draw and tabulate a results file instead of running")
     args = p.parse_args()
@@ -206,8 +209,15 @@ def main() -> None:
             figure(results, args.dataset, args.figure)
         return
     groups = load(args.dataset)
-    results = {}
+    path = args.out / f"{args.dataset}{'_limit' + str(args.limit) if args.limit else ''}.json"
+    only = [f for f in args.only.split(",") if f]
+    unknown = sorted(set(only) - set(groups))
+    if unknown:
+        p.error(f"--only {','.join(unknown)}: {args.dataset} has {', '.join(groups)}")
+    results = json.loads(path.read_text())["results"] if only else {}
     for freq, series in groups.items():
+        if only and freq not in only:
+            continue
         if args.limit and args.limit < len(series):          # a fixed random sample
             pick = np.random.default_rng(0).choice(len(series), args.limit, replace=False)
             series = [series[i] for i in sorted(pick)]
@@ -215,8 +225,9 @@ def main() -> None:
         print(f"{freq}: {len(series)} series, horizon {series[0].h}, season {m}", flush=True)
         results[freq] = run_group(series, m, args.jobs, args.base, args.epochs)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.dataset}{'_limit' + str(args.limit) if args.limit else ''}.json"
-    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+    run_args = {k: str(v) for k, v in vars(args).items()
+                if k not in ("out", "figure", "from_json")}      # no paths of this machine
+    path.write_text(json.dumps({"args": run_args,
                                 "results": results}, separators=(",", ":")) + "\n")
     print(table(results, args.dataset))
     if args.figure:
