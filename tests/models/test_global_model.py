@@ -94,7 +94,7 @@ def test_pooled_intervals_cover_exchangeable_series_at_their_level():
 
 def test_a_small_panel_calibrates_on_several_windows_per_series_and_still_covers():
     # 12 long series: 2 calibration series holding out one window each could bound neither
-    # level; their last windows (each base refitted before it) give 2 x 16 errors
+    # level; their last windows (each base refitted before it) give 2 x 10 errors
     rng = np.random.default_rng(2)
     H, n, runs = 4, 80, []
     for seed in range(4):
@@ -102,7 +102,7 @@ def test_a_small_panel_calibrates_on_several_windows_per_series_and_still_covers
              for _ in range(12)]
         g = GlobalForecaster(H, base="none", lookback=8, max_epochs=2, seed=seed).fit(
             [y[:n] for y in Y])
-        assert g.n_calibration_ == 2 * 18       # min(ceil(40 / 2), (80 - 8) // 4) each
+        assert g.n_calibration_ == 2 * 10       # min(ceil(20 / 2), (80 - 8) // 4) each
         assert not any("unbounded" in note for note in g.notes_)
         fc, bounds = g.forecast_arrays()
         test = np.stack([y[n:] for y in Y])
