@@ -1,0 +1,315 @@
+"""Hugging Face transformers models trained with their sequence sharded across processes.
+
+    from attnlab.distributed.hf import ShardedModel
+
+    sp = ShardedModel(model)                          # every rank: the same model, same weights
+    batch = sp.shard(input_ids=ids, attention_mask=am, labels=ids)   # the whole batch in
+    loss = sp.loss(sp(**batch).logits, batch)         # the unsharded loss's value
+    loss.backward()
+    sp.sync_gradients()                               # every rank: the unsharded gradient
+
+What each piece does:
+
+* :meth:`ShardedModel.shard` cuts every sequence tensor of the batch into this rank's shard in
+  the zig-zag layout (:mod:`attnlab.distributed.layout`: under a causal mask each rank gets about
+  the same work) and adds ``position_ids``: the global positions of the rows it holds, so RoPE
+  and learned position embeddings see what they would see unsharded. Labels are shifted on the
+  whole sequence before the cut (a causal LM predicts token t + 1 at position t), so the label
+  of a shard's last row is the first token of the next chunk, held by another rank, with no
+  message. Positions whose label is -100 (and the last one) are ignored, as transformers'
+  ``ForCausalLMLoss`` ignores them, and so are predictions made at padding positions (with
+  left padding transformers would score the first real token from a padding position, whose
+  attention output depends only on how a backend treats a row with no key to attend to).
+* Every attention call of the model goes through the implementation ``attnlab_ring`` (K/V
+  shards travel the ring, partials merged by log-sum-exp), ``attnlab_ulysses`` (two all-to-alls
+  trade the sequence split for a head split) or ``attnlab_sharded`` (the rule of
+  :func:`~attnlab.distributed.choose_strategy`: all-to-all when the heads split evenly over the
+  ranks, else the ring), registered with transformers' ``AttentionInterface``. The padding of
+  the batch reaches them as the key mask of each rank's own rows; causality, sliding windows
+  (Mistral, Gemma 2's alternating layers), softcapping (Gemma 2) and grouped-query K/V (fewer
+  K/V heads than ranks included, on the ring) are passed on. Attention dropout while training,
+  gpt-oss's sinks, additive position biases (T5) and packed sequences are refused by name.
+* :meth:`ShardedModel.loss` is the token-weighted mean over all ranks: this rank's summed cross
+  entropy divided by the number of labelled tokens of every rank. Its value is the unsharded
+  loss; its gradient is this rank's share, so that :meth:`ShardedModel.sync_gradients` (a sum
+  over ranks) gives every rank the unsharded gradient.
+* ``generate()`` is refused: a KV cache of a sharded prefill would hold only this rank's
+  keys. Generate with the unsharded model (``sp.model`` after :meth:`ShardedModel.close`).
+
+Every wait has a deadline (``timeout``); a rank that fails or leaves ends the others with
+:class:`~attnlab.distributed.RankFailure` naming it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.distributed.layout import check_layout, shard
+from attnlab.distributed.modules import choose_strategy
+from attnlab.distributed.ring import ring_attention
+from attnlab.distributed.ulysses import ulysses_attention
+
+NAMES = {"attnlab_ring": "ring", "attnlab_ulysses": "ulysses", "attnlab_sharded": "auto"}
+IGNORE = -100                                   # transformers' ignore_index for labels
+# batch entries cut along the sequence (dim 1); anything else passes through whole
+_SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "position_ids",
+                  "inputs_embeds")
+
+
+@dataclass
+class _Call:
+    """What the attention calls of one sharded forward need besides their tensors."""
+
+    group: object
+    layout: str
+    strategy: str
+    key_mask: torch.Tensor | None          # (B, N_local) bool, True for real tokens
+    timeout: float | None
+    world: int
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("attnlab_sharded_call",
+                                                                    default=None)
+
+
+def _refuse(module, name: str, dropout: float, sinks, position_bias, kwargs) -> None:
+    """A ValueError naming what the model asked for that a sharded call cannot do."""
+    model = type(module).__name__
+    if dropout and module.training:
+        raise ValueError(f"{name}: {model} has attention dropout {dropout:g} in training; the "
+                         "sharded attention has none. Set the config's attention dropout to 0 "
+                         "(e.g. attention_dropout=0.0) or call model.eval()")
+    if sinks is not None:
+        raise ValueError(f"{name}: {model} has per-head attention sinks (gpt-oss), which the "
+                         "ring's log-sum-exp merge does not take yet; run it unsharded")
+    if position_bias is not None:
+        raise ValueError(f"{name}: {model} adds a position bias (T5) to the scores; a sharded "
+                         "call cannot see the bias of other ranks' keys. Run it unsharded")
+    packed = [k for k in ("cu_seq_lens_q", "cu_seq_lens_k") if kwargs.get(k) is not None]
+    if packed:
+        raise ValueError(f"{name}: packed sequences ({', '.join(packed)}) cannot be sharded; "
+                         "pass a padded batch with an attention_mask")
+    if kwargs.get("output_attentions"):
+        raise ValueError(f"{name}: output_attentions=True would need the whole N x N map on "
+                         "every rank; inspect the unsharded model instead")
+
+
+def make_sharded_attention(strategy: str):
+    """transformers' attention-interface function for one sharded ``strategy``."""
+    name = next(n for n, s in NAMES.items() if s == strategy)
+
+    def attnlab_sharded_attention(module, query, key, value, attention_mask, scaling=None,
+                                  dropout=0.0, is_causal=None, softcap=None,
+                                  sliding_window=None, position_bias=None, s_aux=None,
+                                  sinks=None, **kwargs):
+        call = _CALL.get()
+        if call is None:
+            raise RuntimeError(f"attention implementation {name!r} runs inside a "
+                               "ShardedModel's forward (sp(**batch)); call the model through "
+                               "attnlab.distributed.hf.ShardedModel")
+        _refuse(module, name, dropout, s_aux if s_aux is not None else sinks, position_bias,
+                kwargs)
+        if is_causal is None:
+            is_causal = getattr(module, "is_causal", True)
+        causal = bool(is_causal)
+        window = None
+        if sliding_window is not None:
+            window = (int(sliding_window) - 1, 0 if causal else int(sliding_window) - 1)
+        chosen = strategy
+        if chosen == "auto":
+            chosen = choose_strategy(query.shape[1], key.shape[1], call.world)
+        fn = ring_attention if chosen == "ring" else ulysses_attention
+        out = fn(query, key, value, group=call.group, causal=causal and window is None,
+                 window=window, key_mask=call.key_mask, scale=scaling, softcap=softcap,
+                 layout=call.layout, timeout=call.timeout)
+        return out.transpose(1, 2).contiguous(), None
+
+    attnlab_sharded_attention.__name__ = f"attnlab_{strategy}_sharded_attention"
+    return attnlab_sharded_attention
+
+
+def _no_mask(*args, **kwargs):
+    """The mask function of the sharded names: none (padding travels as each rank's key mask,
+    causality and windows as flags)."""
+    return None
+
+
+_no_mask.__name__ = "attnlab_sharded_no_mask"
+_REGISTERED: dict[str, tuple] = {}
+
+
+def register() -> list[str]:
+    """Register :data:`NAMES` with transformers' attention and mask interfaces (idempotent;
+    transformers' own names are untouched)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    for name, strategy in NAMES.items():
+        if name in _REGISTERED:
+            continue
+        taken = AttentionInterface._global_mapping.get(name)
+        if taken is not None and not getattr(taken, "__name__", "").startswith("attnlab_"):
+            raise ValueError(f"attention implementation {name!r} is already registered by "
+                             f"{getattr(taken, '__module__', '?')}; attnlab leaves it alone")
+        fn = make_sharded_attention(strategy)
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, _no_mask)
+        _REGISTERED[name] = (fn, _no_mask)
+    return list(_REGISTERED)
+
+
+class ShardedModel:
+    """A transformers model whose attention runs sharded over ``group`` (see the module
+    docstring). Construction switches the model to ``attnlab_<strategy>``; :meth:`close` (or
+    leaving a ``with`` block) switches it back.
+
+    Args:
+        model: a transformers ``PreTrainedModel``, the same weights on every rank.
+        group: the process group (default: the world).
+        strategy: ``"ring"``, ``"ulysses"`` or ``"auto"`` (per call: all-to-all when the heads
+            split evenly over the ranks, else the ring).
+        layout: ``"zigzag"`` (balanced under a causal mask) or ``"contiguous"``.
+        timeout: seconds any one wait may take before :class:`RankFailure`.
+    """
+
+    def __init__(self, model, *, group=None, strategy: str = "ring", layout: str = "zigzag",
+                 timeout: float | None = None):
+        import torch.distributed as dist
+
+        if strategy not in ("ring", "ulysses", "auto"):
+            raise ValueError(f"strategy must be one of ring, ulysses, auto, got {strategy!r}")
+        check_layout(layout)
+        if not dist.is_initialized():
+            raise RuntimeError("ShardedModel needs a process group: run under torchrun (and "
+                               "call torch.distributed.init_process_group) or "
+                               "attnlab.distributed.spawn")
+        register()
+        self.model, self.group, self.layout, self.timeout = model, group, layout, timeout
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.name = {"ring": "attnlab_ring", "ulysses": "attnlab_ulysses",
+                     "auto": "attnlab_sharded"}[strategy]
+        self.strategy = strategy
+        self._previous = model.config._attn_implementation
+        model.set_attn_implementation(self.name)
+
+    # ---- the batch ------------------------------------------------------------------------
+
+    def shard(self, *, input_ids=None, attention_mask=None, labels=None, shift_labels=None,
+              **batch) -> dict:
+        """This rank's part of a batch every rank holds whole: each sequence tensor cut in the
+        layout, ``position_ids`` the global positions of its rows, and ``labels`` shifted on
+        the whole sequence first (``shift_labels=False`` for a masked LM, whose labels sit at
+        their own position; the default shifts for causal models)."""
+        whole = input_ids if input_ids is not None else batch.get("inputs_embeds")
+        if whole is None:
+            raise ValueError("shard() needs input_ids or inputs_embeds, the whole sequences")
+        b, n = whole.shape[:2]
+        if n < 2 * self.world and self.layout == "zigzag":
+            raise ValueError(f"the sequence has {n} tokens; the zig-zag layout over "
+                             f"{self.world} ranks needs at least {2 * self.world}")
+        out = {}
+        if input_ids is not None:
+            out["input_ids"] = input_ids
+        if attention_mask is not None:
+            if attention_mask.shape != (b, n):
+                raise ValueError(f"attention_mask must be (batch, length) = {(b, n)}, got "
+                                 f"{tuple(attention_mask.shape)}")
+            out["attention_mask"] = attention_mask
+        if labels is not None:
+            if shift_labels is None:
+                shift_labels = not self._is_encoder()
+            if shift_labels:
+                labels = torch.cat([labels[:, 1:], labels.new_full((b, 1), IGNORE)], dim=1)
+            if attention_mask is not None:
+                # a padding position predicts nothing (after left padding, the first real
+                # token has no real context to be predicted from)
+                labels = labels.masked_fill(attention_mask == 0, IGNORE)
+            out["labels"] = labels
+        if "position_ids" not in batch:
+            pos = torch.arange(n, device=whole.device).expand(b, n)
+            batch["position_ids"] = pos
+        out.update(batch)
+        for key, value in list(out.items()):
+            if key in _SEQUENCE_KEYS and isinstance(value, torch.Tensor):
+                out[key] = shard(value, layout=self.layout, dim=1, rank=self.rank,
+                                 world_size=self.world)
+        # whether any rank holds padding: every rank must then pass a key mask (the ring
+        # checks that all ranks call with the same options)
+        out["_padded"] = attention_mask is not None and not bool(attention_mask.all())
+        return out
+
+    def _is_encoder(self) -> bool:
+        return not getattr(self.model.config, "is_decoder", False) and \
+            getattr(self.model.config, "model_type", "") in ("bert", "roberta", "distilbert",
+                                                             "electra", "deberta-v2")
+
+    # ---- forward, loss, gradients ---------------------------------------------------------
+
+    def __call__(self, **batch):
+        """The model's forward on this rank's shard (labels are not passed: :meth:`loss`
+        reduces over ranks)."""
+        padded = batch.get("_padded")
+        batch = {k: v for k, v in batch.items() if k not in ("labels", "_padded")}
+        mask = batch.pop("attention_mask", None)
+        if padded is None:                  # a batch not cut by shard(): ask every rank
+            import torch.distributed as dist
+
+            flag = torch.tensor([0 if mask is None else int(not bool(mask.all()))])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+            padded = bool(flag.item())
+        key_mask = mask.bool() if padded else None
+        token = _CALL.set(_Call(self.group, self.layout, self.strategy, key_mask,
+                                self.timeout, self.world))
+        try:
+            return self.model(**batch, use_cache=False)
+        finally:
+            _CALL.reset(token)
+
+    def loss(self, logits: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Cross entropy averaged over every labelled token of every rank. The value is the
+        unsharded loss; the gradient is this rank's share (sum with :meth:`sync_gradients`)."""
+        import torch.distributed as dist
+
+        labels = batch["labels"]
+        # in the logits' precision, at least float32 (transformers upcasts half precision)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        local = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                ignore_index=IGNORE, reduction="sum")
+        totals = torch.stack([local.detach(), (labels != IGNORE).sum().to(local.dtype)])
+        dist.all_reduce(totals, group=self.group)
+        count = totals[1].clamp_min(1)
+        return local / count + (totals[0] - local.detach()) / count
+
+    def sync_gradients(self) -> None:
+        """Sum every parameter's gradient over the ranks (each rank computed its share)."""
+        import torch.distributed as dist
+
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.group)
+        i = 0
+        for g in grads:
+            g.copy_(flat[i:i + g.numel()].view_as(g))
+            i += g.numel()
+
+    def generate(self, *args, **kwargs):
+        """Refused: a sharded prefill's KV cache holds only this rank's keys."""
+        raise NotImplementedError("generate() after a sharded prefill is not supported: each "
+                                  "rank's KV cache would hold only its own keys. Call "
+                                  "sp.close() and generate with sp.model on one process")
+
+    def close(self) -> None:
+        """Switch the model back to the attention implementation it had."""
+        self.model.set_attn_implementation(self._previous)
+
+    def __enter__(self) -> "ShardedModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,116 @@
+"""Hugging Face models trained with the sequence sharded over P gloo processes
+(attnlab.distributed.hf): logits, loss and every parameter's gradient equal one process's,
+for every family, with and without padding, at lengths that give uneven shards and cross
+tiles. float64 within 1e-10; float32 within twice the single-process float32 reference's own
+error (both measured against the float64 reference)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.distributed import SpawnError, spawn
+from tests.distributed import _hf_workers as W
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.xdist_group("distributed")
+
+FAMILIES = ("llama", "mistral", "qwen2", "gemma2", "gpt2", "bert")
+N = 23                  # uneven zig-zag chunks for P = 2, 3, 4; tiles of 4 x 8 cross
+_REF: dict = {}
+
+
+def _reference(case, implementation=None):
+    key = (tuple(sorted(case.items())), implementation)
+    if key not in _REF:
+        _REF[key] = W.reference(case, implementation)
+    return _REF[key]
+
+
+def _errors(case, got):
+    """Errors of (logits, loss, grads) against the float64 reference of ``case``: logits on
+    real tokens, the loss, and each parameter's gradient relative to the largest gradient."""
+    logits, loss, grads = _reference({**case, "dtype": "float64"})
+    _, mask, _ = W.batch(case)
+    keep = torch.ones(logits.shape[:2], dtype=torch.bool) if mask is None else mask.bool()
+    g_logits, g_loss, g_grads = got
+    assert set(g_grads) == set(grads)
+    scale = max(float(g.abs().max()) for g in grads.values())
+    return (float((g_logits.double() - logits)[keep].abs().max()),
+            float((g_loss.double() - loss).abs()),
+            {k: float((g_grads[k].double() - grads[k]).abs().max()) / scale for k in grads})
+
+
+def _float32_inside(case, name: str) -> bool:
+    """Gemma 2's RMSNorm computes in float32 even in a float64 model, so its weight's gradient
+    is a float32 sum over the tokens: summed per rank and then over ranks, it rounds
+    differently from one process's single sum."""
+    return case["family"] == "gemma2" and name.endswith("norm.weight")
+
+
+def _check(cases, results):
+    """Every rank's errors within the bounds: float64 1e-10 (float32 resolution for a
+    gradient the model itself computes in float32); float32 twice the single-process float32
+    reference's own error, and at least four float32 ulps of the value (a sum reduced in
+    another order may land there even where the reference's rounding happened to be exact)."""
+    ulps = 4 * 2.0 ** -23
+    for i, case in enumerate(cases):
+        logits, loss, _ = _reference({**case, "dtype": "float64"})
+        if case["dtype"] == "float64":
+            b_logits = b_loss = 1e-10
+            b_grads = {}
+        else:
+            own_logits, own_loss, own_grads = _errors(case, _reference(case))
+            b_logits = max(2 * own_logits, ulps * float(logits.abs().max()))
+            b_loss = max(2 * own_loss, ulps * float(loss.abs()))
+            b_grads = {k: 2 * e for k, e in own_grads.items()}
+        for rank, res in enumerate(results):
+            e_logits, e_loss, e_grads = _errors(case, res[i])
+            assert e_logits <= b_logits, (case, rank, "logits", e_logits, b_logits)
+            assert e_loss <= b_loss, (case, rank, "loss", e_loss, b_loss)
+            for k, e in e_grads.items():
+                bound = b_grads.get(k, 1e-6 if _float32_inside(case, k) else 1e-10)
+                assert e <= max(bound, ulps * 0.25 * (case["dtype"] == "float32")), \
+                    (case, rank, k, e, bound)
+
+
+def test_every_family_sharded_over_two_ranks_equals_one_process():
+    # over 5 s: the whole grid (6 families x 2 dtypes x no / left / right padding) on P = 2,
+    # the one test of every family's sharded training step
+    cases = [dict(family=f, dtype=d, n=N, padding=p) for f in FAMILIES
+             for d in ("float64", "float32") for p in (None, "left", "right")]
+    _check(cases, spawn(W.sharded_cases, 2, args=(cases,), timeout=240))
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_three_and_four_ranks_with_fewer_kv_heads_than_ranks(world):
+    # over 5 s: P = 3 and 4, uneven shards; Qwen2 has 1 K/V head, Llama 2 (fewer than the
+    # ranks), Gemma 2 alternates sliding and full layers with a softcap
+    cases = [dict(family=f, dtype="float64", n=N, padding="left")
+             for f in ("llama", "qwen2", "gemma2", "gpt2")]
+    _check(cases, spawn(W.sharded_cases, world, args=(cases,), timeout=240))
+
+
+def test_all_to_all_and_the_automatic_choice_equal_one_process():
+    cases = [dict(family="llama", dtype="float64", n=N, padding="right", strategy=s)
+             for s in ("ulysses", "auto")]
+    _check(cases, spawn(W.sharded_cases, 2, args=(cases,), timeout=120))
+
+
+def test_what_a_sharded_call_cannot_do_is_refused_by_name():
+    got = spawn(W.refusals, 2, timeout=120)
+    for res in got:                                   # every rank says the same
+        assert "attention dropout 0.1 in training" in res["dropout"]
+        assert "attention_dropout=0.0" in res["dropout"]
+        assert "attention sinks (gpt-oss)" in res["sinks"]
+        assert "output_attentions=True" in res["weights"]
+        assert "generate() after a sharded prefill is not supported" in res["generate"]
+
+
+def test_a_rank_that_dies_mid_step_in_a_transformers_model_is_named():
+    with pytest.raises(SpawnError) as info:
+        spawn(W.dies_mid_step, 3, timeout=60)
+    err = info.value
+    assert err.rank == 1 and "exited with code 9" in err.reports[1]
+    for r in (0, 2):
+        assert "RankFailure" in err.reports[r] and "rank 1" in err.reports[r], err.reports[r]
