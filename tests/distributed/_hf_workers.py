@@ -102,7 +102,6 @@ def reference(case: dict, implementation: str | None = None):
 def sharded_cases(rank: int, world: int, cases: list[dict], strategy: str = "ring"):
     """Every case on this rank: gathered logits, the loss, this rank's synchronised grads."""
     from attnlab.core.backends import tiled
-    from attnlab.distributed import gather
     from attnlab.distributed.hf import ShardedModel
 
     torch.set_num_threads(1)
@@ -117,11 +116,26 @@ def sharded_cases(rank: int, world: int, cases: list[dict], strategy: str = "rin
             loss = sp.loss(out.logits, local)
             loss.backward()
             sp.sync_gradients()
-        logits = gather(out.logits.detach(), layout="zigzag", dim=1)
+        logits = _gathered(out.logits.detach(), sp.ranges(case["n"]), world)
         grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()
                  if p.grad is not None}
         results.append((logits, loss.detach(), grads))
     return results
+
+
+def _gathered(x: torch.Tensor, ranges, world: int) -> torch.Tensor:
+    """The whole sequence (dim 1) from every rank's rows and their global ranges."""
+    import torch.distributed as dist
+
+    from attnlab.distributed import layout as L
+
+    parts = [None] * world
+    dist.all_gather_object(parts, (ranges, x))
+    n = sum(int(L.positions(rr).numel()) for rr, _ in parts)
+    whole = x.new_empty(x.shape[0], n, *x.shape[2:])
+    for rr, part in parts:
+        whole[:, L.positions(rr)] = part
+    return whole
 
 
 def refusals(rank: int, world: int):

@@ -190,3 +190,36 @@ def fault_case(rank: int, world: int, mode: str):
 def sleeper(rank: int, world: int):
     import time
     time.sleep(60)
+
+
+def hybrid_case(rank: int, world: int, cases: list[dict]):
+    """Every case on a (ring, ulysses) mesh: the gathered output and the gathered gradients
+    of q, k, v against the case's cotangent (float64)."""
+    from attnlab.distributed.hybrid import (
+        hybrid_attention,
+        hybrid_ranges,
+        hybrid_shard,
+        make_mesh,
+    )
+
+    torch.set_num_threads(1)
+    results = []
+    meshes = {}
+    for case in cases:
+        split = tuple(case["split"])
+        if split not in meshes:
+            meshes[split] = make_mesh(*split)
+        mesh = meshes[split]
+        q, k, v, lengths, c_out, _ = inputs(case)
+        n = q.shape[2]
+        key_mask = torch.arange(n)[None, :] < lengths[:, None]
+        parts = [hybrid_shard(t, mesh).requires_grad_(True) for t in (q, k, v)]
+
+        out = hybrid_attention(*parts, mesh=mesh, causal=case.get("causal", False),
+                               window=case.get("window"),
+                               key_mask=hybrid_shard(key_mask, mesh, dim=-1)
+                               if case.get("lengths") else None, timeout=60)
+        out.backward(hybrid_shard(c_out, mesh))
+        rr = hybrid_ranges(n, *split)[rank]
+        results.append((rr, out.detach(), *(p.grad for p in parts)))
+    return results

@@ -22,10 +22,12 @@ What each piece does:
   attention output depends only on how a backend treats a row with no key to attend to).
 * Every attention call of the model goes through the implementation ``attnlab_ring`` (K/V
   shards travel the ring, partials merged by log-sum-exp), ``attnlab_ulysses`` (two all-to-alls
-  trade the sequence split for a head split) or ``attnlab_sharded`` (the rule of
+  trade the sequence split for a head split), ``attnlab_sharded`` (the rule of
   :func:`~attnlab.distributed.choose_strategy`: all-to-all when the heads split evenly over the
-  ranks, else the ring), registered with transformers' ``AttentionInterface``. The padding of
-  the batch reaches them as the key mask of each rank's own rows; causality, sliding windows
+  ranks, else the ring) or ``attnlab_hybrid`` (all-to-all inside groups, the ring across them,
+  :mod:`attnlab.distributed.hybrid`), registered with transformers' ``AttentionInterface``.
+  The padding of the batch reaches them as the key mask of each rank's own rows; causality,
+  sliding windows
   (Mistral, Gemma 2's alternating layers), softcapping (Gemma 2) and grouped-query K/V (fewer
   K/V heads than ranks included, on the ring) are passed on. Attention dropout while training,
   gpt-oss's sinks, additive position biases (T5) and packed sequences are refused by name.
@@ -48,12 +50,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnlab.distributed.layout import check_layout, shard
+from attnlab.distributed.hybrid import choose_split, hybrid_attention, hybrid_ranges, make_mesh
+from attnlab.distributed.layout import check_layout, shard_ranges, take
 from attnlab.distributed.modules import choose_strategy
 from attnlab.distributed.ring import ring_attention
 from attnlab.distributed.ulysses import ulysses_attention
 
-NAMES = {"attnlab_ring": "ring", "attnlab_ulysses": "ulysses", "attnlab_sharded": "auto"}
+NAMES = {"attnlab_ring": "ring", "attnlab_ulysses": "ulysses", "attnlab_sharded": "auto",
+         "attnlab_hybrid": "hybrid"}
 IGNORE = -100                                   # transformers' ignore_index for labels
 # batch entries cut along the sequence (dim 1); anything else passes through whole
 _SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "position_ids",
@@ -70,6 +74,7 @@ class _Call:
     key_mask: torch.Tensor | None          # (B, N_local) bool, True for real tokens
     timeout: float | None
     world: int
+    mesh: object = None                    # the (ring, ulysses) mesh of the hybrid
 
 
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("attnlab_sharded_call",
@@ -122,6 +127,11 @@ def make_sharded_attention(strategy: str):
         chosen = strategy
         if chosen == "auto":
             chosen = choose_strategy(query.shape[1], key.shape[1], call.world)
+        if chosen == "hybrid":
+            out = hybrid_attention(query, key, value, mesh=call.mesh, causal=causal,
+                                   window=window, key_mask=call.key_mask, scale=scaling,
+                                   softcap=softcap, timeout=call.timeout)
+            return out.transpose(1, 2).contiguous(), None
         fn = ring_attention if chosen == "ring" else ulysses_attention
         out = fn(query, key, value, group=call.group, causal=causal and window is None,
                  window=window, key_mask=call.key_mask, scale=scaling, softcap=softcap,
@@ -170,18 +180,26 @@ class ShardedModel:
     Args:
         model: a transformers ``PreTrainedModel``, the same weights on every rank.
         group: the process group (default: the world).
-        strategy: ``"ring"``, ``"ulysses"`` or ``"auto"`` (per call: all-to-all when the heads
-            split evenly over the ranks, else the ring).
-        layout: ``"zigzag"`` (balanced under a causal mask) or ``"contiguous"``.
+        strategy: ``"ring"``, ``"ulysses"``, ``"auto"`` (per call: all-to-all when the heads
+            split evenly over the ranks, else the ring) or ``"hybrid"`` (all-to-all inside
+            groups, the ring across them: :mod:`attnlab.distributed.hybrid`; the world only).
+        layout: ``"zigzag"`` (balanced under a causal mask) or ``"contiguous"``; the hybrid
+            has its own (zig-zag over groups, contiguous inside each).
+        mesh: the hybrid's ``(ring, ulysses)`` mesh (:func:`~attnlab.distributed.hybrid.
+            make_mesh`); default the split :func:`~attnlab.distributed.hybrid.choose_split`
+            picks for the model's heads.
         timeout: seconds any one wait may take before :class:`RankFailure`.
     """
 
     def __init__(self, model, *, group=None, strategy: str = "ring", layout: str = "zigzag",
-                 timeout: float | None = None):
+                 timeout: float | None = None, mesh=None):
         import torch.distributed as dist
 
-        if strategy not in ("ring", "ulysses", "auto"):
-            raise ValueError(f"strategy must be one of ring, ulysses, auto, got {strategy!r}")
+        if strategy not in ("ring", "ulysses", "auto", "hybrid"):
+            raise ValueError(f"strategy must be one of ring, ulysses, auto, hybrid, got "
+                             f"{strategy!r}")
+        if strategy == "hybrid" and group is not None:
+            raise ValueError("strategy='hybrid' spans the world (its mesh); pass group=None")
         check_layout(layout)
         if not dist.is_initialized():
             raise RuntimeError("ShardedModel needs a process group: run under torchrun (and "
@@ -191,8 +209,14 @@ class ShardedModel:
         self.model, self.group, self.layout, self.timeout = model, group, layout, timeout
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self.name = {"ring": "attnlab_ring", "ulysses": "attnlab_ulysses",
-                     "auto": "attnlab_sharded"}[strategy]
+                     "auto": "attnlab_sharded", "hybrid": "attnlab_hybrid"}[strategy]
         self.strategy = strategy
+        if strategy == "hybrid" and mesh is None:
+            cfg = model.config
+            heads = getattr(cfg, "num_attention_heads", None) or cfg.n_head
+            kv = getattr(cfg, "num_key_value_heads", None) or heads
+            mesh = make_mesh(*choose_split(heads, kv, self.world))
+        self.mesh = mesh
         self._previous = model.config._attn_implementation
         model.set_attn_implementation(self.name)
 
@@ -233,14 +257,21 @@ class ShardedModel:
             pos = torch.arange(n, device=whole.device).expand(b, n)
             batch["position_ids"] = pos
         out.update(batch)
+        mine = self.ranges(n)
         for key, value in list(out.items()):
             if key in _SEQUENCE_KEYS and isinstance(value, torch.Tensor):
-                out[key] = shard(value, layout=self.layout, dim=1, rank=self.rank,
-                                 world_size=self.world)
+                out[key] = take(value, mine, dim=1).contiguous()
         # whether any rank holds padding: every rank must then pass a key mask (the ring
         # checks that all ranks call with the same options)
         out["_padded"] = attention_mask is not None and not bool(attention_mask.all())
         return out
+
+    def ranges(self, n_total: int) -> list[tuple[int, int]]:
+        """The global ranges of the rows this rank holds of a sequence of ``n_total``."""
+        if self.strategy == "hybrid":
+            ring, ulysses = self.mesh.shape
+            return hybrid_ranges(n_total, ring, ulysses)[self.rank]
+        return shard_ranges(n_total, self.world, self.layout)[self.rank]
 
     def _is_encoder(self) -> bool:
         return not getattr(self.model.config, "is_decoder", False) and \
@@ -263,7 +294,7 @@ class ShardedModel:
             padded = bool(flag.item())
         key_mask = mask.bool() if padded else None
         token = _CALL.set(_Call(self.group, self.layout, self.strategy, key_mask,
-                                self.timeout, self.world))
+                                self.timeout, self.world, self.mesh))
         try:
             return self.model(**batch, use_cache=False)
         finally:
