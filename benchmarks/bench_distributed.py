@@ -134,6 +134,60 @@ def strategy_job(rank: int, world: int, n: int, heads: int, kv_heads: int, d: in
     return out
 
 
+def hybrid_job(rank: int, world: int, n: int, heads: int, kv_heads: int, d: int):
+    """Ring, all-to-all and the ring x all-to-all hybrid (every split of the world) on the same
+    problem: forward + backward time (best of 2) and bytes this rank sent."""
+    import torch.distributed as dist
+
+    from attnlab.distributed import ulysses_attention
+    from attnlab.distributed.hybrid import hybrid_attention, hybrid_shard, make_mesh
+    torch.manual_seed(0)
+    whole = [torch.randn(1, h, n, d) for h in (heads, kv_heads, kv_heads)]
+    out = {}
+    meshes = {u: make_mesh(world // u, u) for u in range(1, world + 1) if world % u == 0}
+    for name in ["ring", "ulysses", *(f"hybrid {world // u}x{u}" for u in meshes)]:
+        best, sent = float("inf"), 0
+        for _ in range(2):
+            if name.startswith("hybrid"):
+                u = int(name.split("x")[1])
+                parts = [hybrid_shard(t, meshes[u]).requires_grad_(True) for t in whole]
+                call = lambda: hybrid_attention(*parts, mesh=meshes[u], causal=True,  # noqa
+                                                timeout=3600)
+            else:
+                fn = ring_attention if name == "ring" else ulysses_attention
+                parts = [shard_of(t).requires_grad_(True) for t in whole]
+                call = lambda: fn(*parts, causal=True, layout="zigzag", timeout=3600)  # noqa
+            dist.barrier()
+            lo0, t = _lo_bytes(), time.perf_counter()
+            call().sum().backward()
+            dist.barrier()
+            best = min(best, time.perf_counter() - t)
+            sent = (_lo_bytes() - lo0) / world
+        out[name] = {"seconds": best, "loopback_mb_per_rank": sent / 2**20}
+    return out
+
+
+def shard_of(x):
+    from attnlab.distributed import shard
+    return shard(x, layout="zigzag")
+
+
+def compare_hybrid(n: int, d: int, world: int = 4) -> list[dict]:
+    """The hybrid beside the ring and the all-to-all at P = ``world`` on gloo."""
+    from attnlab.distributed.hybrid import choose_split
+    rows = []
+    for heads, kv_heads in ((8, 8), (8, 2), (6, 6), (4, 1)):
+        res = spawn(hybrid_job, world, args=(n, heads, kv_heads, d), timeout=3600)
+        row = {"P": world, "N": n, "H": heads, "H_kv": kv_heads,
+               "rule_picks": "{}x{}".format(*choose_split(heads, kv_heads, world))}
+        for name in res[0]:
+            row[name] = {"seconds": max(r[name]["seconds"] for r in res),
+                         "loopback_mb_per_rank": res[0][name]["loopback_mb_per_rank"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def compare_strategies(n: int, d: int) -> list[dict]:
     rows = []
     for world in (2, 4):
@@ -180,7 +234,16 @@ def main() -> None:
     p.add_argument("--figure", default=None, help="draw the layout figure to this path")
     p.add_argument("--precision", action="store_true",
                    help="only the error-vs-P table with large logits (one process)")
+    p.add_argument("--hybrid", type=int, default=0, metavar="N",
+                   help="only ring / all-to-all / ring x all-to-all at P = 4 and this N")
     args = p.parse_args()
+    if args.hybrid:
+        rows = compare_hybrid(args.hybrid, args.d)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"machine": f"{platform.processor() or platform.machine()}, torch "
+                                      f"{torch.__version__}", "hybrid": rows}, f, indent=1)
+        return
     if args.precision:
         for row in precision_rows():
             print(json.dumps(row))
