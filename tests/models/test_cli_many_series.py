@@ -34,7 +34,9 @@ def test_many_series_from_one_long_csv(tmp_path, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--season 12 inferred" in text and "global forecaster" in text
     assert "1 series shorter than lookback 24 + horizon 6" in text and "s0" in text
-    assert "the 80% interval is unbounded" in text                 # 1 calibration series
+    # 1 calibration series holds out its last 6 windows: 80% bounded, 95% (19 needed) not
+    assert "the 80% interval is unbounded" not in text
+    assert "the 95% interval is unbounded (-inf, inf): 6 held-out windows of 1 series" in text
     m = json.loads((out / "metrics.json").read_text())
     assert m["series"] == 12 and set(m["held_out"]) == {"global forecaster", "seasonal_naive",
                                                         "ets", "theta"}
