@@ -47,7 +47,7 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def rank_job(rank: int, world: int, n: int, heads: int, d: int):
+def rank_job(rank: int, world: int, n: int, heads: int, d: int, overlap: bool = True):
     import torch.distributed as dist
     torch.manual_seed(rank)
     # warm-up at a small size: one-time allocations (gloo buffers, thread pools) stay out
@@ -60,7 +60,8 @@ def rank_job(rank: int, world: int, n: int, heads: int, d: int):
     dist.barrier()
     base, lo0, t0 = _rss_mb(), _lo_bytes(), time.perf_counter()
     stats: dict = {}
-    out = ring_attention(q, k, v, causal=True, layout="zigzag", stats=stats, timeout=3600)
+    out = ring_attention(q, k, v, causal=True, layout="zigzag", stats=stats, timeout=3600,
+                         overlap=overlap)
     t1 = time.perf_counter()
     out.sum().backward()
     t2 = time.perf_counter()
@@ -234,6 +235,9 @@ def main() -> None:
     p.add_argument("--figure", default=None, help="draw the layout figure to this path")
     p.add_argument("--precision", action="store_true",
                    help="only the error-vs-P table with large logits (one process)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="memory rows with ring_attention(overlap=False): the backward passes "
+                   "K, V on one at a time after its blocks")
     p.add_argument("--hybrid", type=int, default=0, metavar="N",
                    help="only ring / all-to-all / ring x all-to-all at P = 4 and this N")
     args = p.parse_args()
@@ -258,7 +262,8 @@ def main() -> None:
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
     rows = []
     for world in [int(w) for w in args.worlds.split(",")]:
-        res = spawn(rank_job, world, args=(args.n, args.heads, args.d), timeout=7200)
+        res = spawn(rank_job, world, args=(args.n, args.heads, args.d, not args.no_overlap),
+                    timeout=7200)
         shard_kv = 2 * args.heads * (args.n // world) * args.d * 4
         theory_fwd = (world - 1) * shard_kv
         # backward: the K/V shards again, and the float64 dK/dV accumulators (twice a
@@ -266,7 +271,7 @@ def main() -> None:
         theory_bwd = (world - 1) * shard_kv + (world if world > 1 else 0) * 2 * shard_kv
         lo = [r["lo_bytes"] for r in res]
         row = {
-            "P": world, "N": args.n,
+            "P": world, "N": args.n, "overlap": not args.no_overlap,
             "peak_above_inputs_mb": max(r["rss_peak_mb"] - r["rss_base_mb"] for r in res),
             "peak_rss_mb": max(r["rss_peak_mb"] for r in res),
             "inputs_mb": res[0]["inputs_mb"],

@@ -73,9 +73,10 @@ def run_case(rank: int, world: int, case: dict):
         mask = keep if case["pad_as"] == "bool" else \
             torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
         key_mask = None
+    extra = {"overlap": case["overlap"]} if "overlap" in case else {}
     out, lse = fn(qs, ks, vs, causal=case.get("causal", False), window=case.get("window"),
                   mask=mask, key_mask=key_mask, softcap=case.get("softcap"),
-                  layout=case["layout"], return_lse=True, timeout=60, stats=stats)
+                  layout=case["layout"], return_lse=True, timeout=60, stats=stats, **extra)
     finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
     loss = ((out.double() * L.take(c_out, qr)).sum()
             + (finite.double() * L.take(c_lse, qr, dim=-1)).sum())

@@ -52,6 +52,9 @@ def cases(world: int) -> list[dict]:
         for pad_as in ("bool", "float"):            # padding as a (B, 1, 1, N_local) mask
             out.append({"fn": fn, "layout": "contiguous", "n_q": 23, "causal": True,
                         "lengths": [23, 11], "pad_as": pad_as})
+    # the backward that passes K, V and the key mask on one at a time after its blocks
+    out.append({"fn": "ring", "layout": "zigzag", "n_q": 23, "causal": True, "lengths": [23, 9],
+                "heads": 6, "kv_heads": 2, "overlap": False})
     out.append({"fn": "ring", "layout": "zigzag", "n_q": 64, "causal": True, "dtype": "float32",
                 "logit_std": 9.0, "d": 16, "heads": 2, "kv_heads": 2})
     for dtype in ("float32", "bfloat16"):

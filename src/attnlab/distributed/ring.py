@@ -62,6 +62,7 @@ class Plan:
     n_q_total: int
     n_k_total: int
     steps: int
+    overlap: bool = True            # the backward's K/V travel while its blocks compute
 
 def _exchange(comm: Comm, tensors, shapes_next, dtypes, tags):
     """Start sending ``tensors`` to the next rank and receiving the next shard from the
@@ -161,15 +162,28 @@ def _ring_backward(comm: Comm, plan: Plan, opts: Options, q, k, v, key_mask, out
         comm.step = f"backward step {t} of {steps}"
         src = (r - t) % world
         sends, recvs, bufs = [], [], None
-        if t < steps:
-            n_next = sum(e - s for s, e in plan.k_ranges[(r - t - 1) % world])
-            sends, recvs, bufs = _exchange(comm, held, _kv_shapes(k, v, key_mask, n_next),
-                                           _kv_dtypes(k, key_mask), (_TAG_K, _TAG_V, _TAG_M))
+        n_next = sum(e - s for s, e in plan.k_ranges[(r - t - 1) % world])
+        shapes, dtypes = _kv_shapes(k, v, key_mask, n_next), _kv_dtypes(k, key_mask)
+        tags = (_TAG_K, _TAG_V, _TAG_M)
+        if t < steps and plan.overlap:
+            sends, recvs, bufs = _exchange(comm, held, shapes, dtypes, tags)
         block_grads(q, plan.q_ranges[r], held[0], held[1], held[2], plan.k_ranges[src], opts,
                     out, lse, d_out, d_lse, dq, grads[0], grads[1])
         comm.wait(recvs)
         comm.wait(sends)
         held = tuple(bufs) if bufs is not None else held   # the shard I held is sent: freed
+        if t < steps and not plan.overlap:
+            # after the blocks, one tensor at a time: never a whole second shard in memory
+            held = list(held)
+            for i in range(3):
+                one = [None] * 3
+                one[i] = held[i]
+                sends, recvs, bufs = _exchange(comm, one, [shapes[j] if j == i else None
+                                                           for j in range(3)], dtypes, tags)
+                comm.wait(recvs)
+                comm.wait(sends)
+                held[i] = bufs[i]
+            held = tuple(held)
         if t < steps:
             # hand my accumulators on and take the ones of the shard now held, one at a time
             n_in = held[0].shape[-2]
@@ -201,7 +215,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
                    softcap: float | None = None, layout: str = "contiguous",
                    backend: str = "tiled", block_dtype: torch.dtype | None = None,
                    timeout: float | None = None, return_lse: bool = False,
-                   stats: dict | None = None):
+                   stats: dict | None = None, overlap: bool = True):
     """Exact attention of this rank's queries over the keys of every rank in ``group``.
 
     Args:
@@ -231,6 +245,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
         stats: a dict that receives ``steps`` (ring rotations), ``work`` (pairs computed),
             ``sent_bytes`` and ``wait_s`` (time blocked on communication) of the forward, and
             after the backward ``backward_sent_bytes`` / ``backward_wait_s``.
+        overlap: the backward receives the next K/V shard while it computes (default). False
+            passes K, V and the key mask on one at a time after the blocks: the transfer no
+            longer hides behind the compute, and a rank never holds a second whole shard
+            (docs/distributed.md §6 has the memory both ways).
 
     Returns:
         ``out (B, H, N_q_local, D_v)``, or ``(out, lse)``.
@@ -238,11 +256,11 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     mask, key_mask = checked_locally(q, k, v, key_mask, mask, scale, softcap, group)
     comm = Comm(group, timeout, "ring_attention")
     return guarded(comm, _ring_call, comm, q, k, v, causal, window, mask, key_mask, scale,
-                   softcap, layout, backend, block_dtype, return_lse, stats)
+                   softcap, layout, backend, block_dtype, return_lse, stats, overlap)
 
 
 def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, layout, backend,
-               block_dtype, return_lse, stats):
+               block_dtype, return_lse, stats, overlap=True):
     L.check_layout(layout)
     band_given = validate_window(window)
     band = band_of(causal, window)
@@ -253,7 +271,7 @@ def _ring_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap, la
     n_q_total, n_k_total = sum(a for a, _ in lengths), sum(b for _, b in lengths)
     offset = n_k_total - n_q_total
     steps = plan_steps(q_ranges, k_ranges, band, offset, mask)
-    plan = Plan(q_ranges, k_ranges, n_q_total, n_k_total, steps)
+    plan = Plan(q_ranges, k_ranges, n_q_total, n_k_total, steps, bool(overlap))
     opts = Options(band, offset, mask, scale, softcap, q.shape[1] != k.shape[1], backend,
                    block_dtype_for(q.dtype, block_dtype))
     comm.stats = stats
