@@ -7,6 +7,7 @@ import torch
 
 V = 61                    # vocabulary
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
+NO_SDPA = ("gemma2", "gpt_oss")     # transformers runs them on eager only: attnlab's reference
 
 
 def _small(**extra):
@@ -31,6 +32,15 @@ def build(family: str, dtype: str = "float64"):
         m = tf.Gemma2ForCausalLM(tf.Gemma2Config(
             num_key_value_heads=2, head_dim=8, sliding_window=5, query_pre_attn_scalar=8,
             attn_logit_softcapping=2.0, final_logit_softcapping=None, **zero, **_small()))
+    elif family == "gpt_oss":
+        m = tf.GptOssForCausalLM(tf.GptOssConfig(
+            num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+            sliding_window=5, layer_types=["sliding_attention", "full_attention"], **zero,
+            **{**_small(), "intermediate_size": 64}))     # experts: 16-byte strides
+        with torch.no_grad():
+            for mod in m.modules():
+                if hasattr(mod, "sinks"):
+                    mod.sinks.normal_(0.0, 2.0)           # sinks that matter
     elif family == "gpt2":
         m = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=V,
                                              n_positions=256, resid_pdrop=0.0,
@@ -80,13 +90,13 @@ def loss_of(logits, labels, mask, shift: bool):
 
 def reference(case: dict, implementation: str | None = None):
     """One process, the whole sequence, on transformers' own sdpa attention (attnlab's float64
-    reference for Gemma 2, which transformers does not run on sdpa), or on
+    reference for Gemma 2 and gpt-oss, which transformers does not run on sdpa), or on
     ``implementation``: logits, the loss, every gradient."""
     from attnlab.integrations import transformers as attnlab_hf
 
     model = build(case["family"], case["dtype"])
     if implementation is None:
-        implementation = "attnlab_reference" if case["family"] == "gemma2" else "sdpa"
+        implementation = "attnlab_reference" if case["family"] in NO_SDPA else "sdpa"
     if implementation.startswith("attnlab"):
         attnlab_hf.register([implementation])
     model.set_attn_implementation(implementation)
@@ -160,10 +170,6 @@ def refusals(rank: int, world: int):
     dropout = tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, attention_dropout=0.1,
                                                  **_small())).train()
     attempt("dropout", dropout, lambda sp, b: sp(**b))
-    sinks = tf.GptOssForCausalLM(tf.GptOssConfig(
-        num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
-        attention_dropout=0.0, **{**_small(), "intermediate_size": 64}))
-    attempt("sinks", sinks, lambda sp, b: sp(**b))
     plain = build("llama")
     attempt("weights", plain, lambda sp, b: sp(**b, output_attentions=True))
     attempt("generate", plain, lambda sp, b: sp.generate(ids))

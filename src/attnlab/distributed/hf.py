@@ -29,8 +29,9 @@ What each piece does:
   The padding of the batch reaches them as the key mask of each rank's own rows; causality,
   sliding windows
   (Mistral, Gemma 2's alternating layers), softcapping (Gemma 2) and grouped-query K/V (fewer
-  K/V heads than ranks included, on the ring) are passed on. Attention dropout while training,
-  gpt-oss's sinks, additive position biases (T5) and packed sequences are refused by name.
+  K/V heads than ranks included, on the ring) are passed on; gpt-oss's per-head sinks scale each
+  row once after the merge (:func:`with_sinks`). Attention dropout while training, additive
+  position biases (T5) and packed sequences are refused by name.
 * :meth:`ShardedModel.loss` is the token-weighted mean over all ranks: this rank's summed cross
   entropy divided by the number of labelled tokens of every rank. Its value is the unsharded
   loss; its gradient is this rank's share, so that :meth:`ShardedModel.sync_gradients` (a sum
@@ -81,16 +82,13 @@ _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("attnlab_sh
                                                                     default=None)
 
 
-def _refuse(module, name: str, dropout: float, sinks, position_bias, kwargs) -> None:
+def _refuse(module, name: str, dropout: float, position_bias, kwargs) -> None:
     """A ValueError naming what the model asked for that a sharded call cannot do."""
     model = type(module).__name__
     if dropout and module.training:
         raise ValueError(f"{name}: {model} has attention dropout {dropout:g} in training; the "
                          "sharded attention has none. Set the config's attention dropout to 0 "
                          "(e.g. attention_dropout=0.0) or call model.eval()")
-    if sinks is not None:
-        raise ValueError(f"{name}: {model} has per-head attention sinks (gpt-oss), which the "
-                         "ring's log-sum-exp merge does not take yet; run it unsharded")
     if position_bias is not None:
         raise ValueError(f"{name}: {model} adds a position bias (T5) to the scores; a sharded "
                          "call cannot see the bias of other ranks' keys. Run it unsharded")
@@ -116,8 +114,8 @@ def make_sharded_attention(strategy: str):
             raise RuntimeError(f"attention implementation {name!r} runs inside a "
                                "ShardedModel's forward (sp(**batch)); call the model through "
                                "attnlab.distributed.hf.ShardedModel")
-        _refuse(module, name, dropout, s_aux if s_aux is not None else sinks, position_bias,
-                kwargs)
+        _refuse(module, name, dropout, position_bias, kwargs)
+        sink = s_aux if s_aux is not None else sinks
         if is_causal is None:
             is_causal = getattr(module, "is_causal", True)
         causal = bool(is_causal)
@@ -128,18 +126,32 @@ def make_sharded_attention(strategy: str):
         if chosen == "auto":
             chosen = choose_strategy(query.shape[1], key.shape[1], call.world)
         if chosen == "hybrid":
-            out = hybrid_attention(query, key, value, mesh=call.mesh, causal=causal,
-                                   window=window, key_mask=call.key_mask, scale=scaling,
-                                   softcap=softcap, timeout=call.timeout)
-            return out.transpose(1, 2).contiguous(), None
-        fn = ring_attention if chosen == "ring" else ulysses_attention
-        out = fn(query, key, value, group=call.group, causal=causal and window is None,
-                 window=window, key_mask=call.key_mask, scale=scaling, softcap=softcap,
-                 layout=call.layout, timeout=call.timeout)
+            out, lse = hybrid_attention(query, key, value, mesh=call.mesh, causal=causal,
+                                        window=window, key_mask=call.key_mask, scale=scaling,
+                                        softcap=softcap, timeout=call.timeout,
+                                        return_lse=True)
+        else:
+            fn = ring_attention if chosen == "ring" else ulysses_attention
+            out, lse = fn(query, key, value, group=call.group,
+                          causal=causal and window is None, window=window,
+                          key_mask=call.key_mask, scale=scaling, softcap=softcap,
+                          layout=call.layout, timeout=call.timeout, return_lse=True)
+        if sink is not None:
+            out = with_sinks(out, lse, sink)
         return out.transpose(1, 2).contiguous(), None
 
     attnlab_sharded_attention.__name__ = f"attnlab_{strategy}_sharded_attention"
     return attnlab_sharded_attention
+
+
+def with_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Attention with a per-head sink logit (gpt-oss) from attention without one: the sink
+    adds ``exp(sink)`` to every row's softmax denominator, so the output is the sink-free one
+    times ``exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink)``. Applied once after the
+    ranks' partials are merged; differentiable in all three (a row with no key: lse = -inf,
+    factor 0)."""
+    factor = torch.sigmoid(lse - sinks.to(lse.dtype)[None, :, None])
+    return out * factor.to(out.dtype)[..., None]
 
 
 def _no_mask(*args, **kwargs):

@@ -84,7 +84,7 @@ def make_mesh(ring: int, ulysses: int):
 def hybrid_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh,
                      causal: bool = False, window=None, key_mask: torch.Tensor | None = None,
                      scale: float | None = None, softcap: float | None = None,
-                     timeout: float | None = None) -> torch.Tensor:
+                     timeout: float | None = None, return_lse: bool = False):
     """Exact attention of this rank's rows over the whole sequence on a ``(ring, ulysses)``
     mesh (see the module docstring).
 
@@ -95,17 +95,19 @@ def hybrid_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh,
         causal, window, scale, softcap: as :func:`attnlab.attention`, on the whole sequence.
         key_mask: ``(B, N_local)`` bool, True for this rank's real keys, or None.
         timeout: seconds any one wait may take before :class:`RankFailure`.
+        return_lse: also return the log-sum-exp of every row ``(B, H, N_local)``.
 
     Returns:
-        ``(B, H, N_local, D_v)``.
+        ``(B, H, N_local, D_v)``, or ``(out, lse)``.
     """
     ulysses_group, ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
     comm = Comm(ulysses_group, timeout, "hybrid_attention (all-to-all)")
     return guarded(comm, _hybrid_call, comm, ring_group, q, k, v, causal, window, key_mask,
-                   scale, softcap, timeout)
+                   scale, softcap, timeout, return_lse)
 
 
-def _hybrid_call(comm, ring_group, q, k, v, causal, window, key_mask, scale, softcap, timeout):
+def _hybrid_call(comm, ring_group, q, k, v, causal, window, key_mask, scale, softcap, timeout,
+                 return_lse=False):
     world = comm.size
     n_local = torch.tensor([q.shape[2], k.shape[2]])
     lengths = comm.all_gather_ints(n_local.tolist())
@@ -129,12 +131,18 @@ def _hybrid_call(comm, ring_group, q, k, v, causal, window, key_mask, scale, sof
         comm.all_to_all(outs, [key_mask.contiguous()] * world)
         keep = torch.cat(outs, dim=1)
     comm.step = "the ring across groups"
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if q_g.shape[1] == 0:                       # fewer heads than members: nothing to do
         out = q_g.new_zeros(*q_g.shape[:3], v.shape[-1]) + 0 * (q_g.sum() + k_g.sum()
                                                                  + v_g.sum())
+        lse = out[..., 0].to(lse_dtype)
     else:
-        out = ring_attention(q_g, k_g, v_g, group=ring_group, causal=causal, window=window,
-                             key_mask=keep, scale=scale, softcap=softcap, layout="zigzag",
-                             timeout=timeout)
+        out, lse = ring_attention(q_g, k_g, v_g, group=ring_group, causal=causal,
+                                  window=window, key_mask=keep, scale=scale, softcap=softcap,
+                                  layout="zigzag", timeout=timeout, return_lse=True)
     comm.step = "returning the output"
-    return _AllToAll.apply(out.contiguous(), comm, 2, n_qs, 1, q_heads)
+    out = _AllToAll.apply(out.contiguous(), comm, 2, n_qs, 1, q_heads)
+    if not return_lse:
+        return out
+    lse = _AllToAll.apply(lse.unsqueeze(-1).contiguous(), comm, 2, n_qs, 1, q_heads)
+    return out, lse.squeeze(-1)
