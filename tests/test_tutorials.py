@@ -1,9 +1,22 @@
-"""docs/tutorials/*.ipynb, executed by nbclient as a reader runs them: stored without outputs,
-every cell runs, every figure is drawn, each exercise's first version is caught by
-attnlab.testing and its solution passes."""
+"""docs/tutorials/*.ipynb, stored with their outputs so that a reader sees every figure and
+number on GitHub without running anything. The suite re-executes each chapter with nbclient,
+offline, as a reader runs it, and checks that:
+
+* every cell runs and every figure is drawn;
+* what each cell prints matches what is stored: the same words, and numbers within 0.1%
+  (or 1e-9 absolute, for rounding noise such as 1e-15). Cells tagged ``varies`` print
+  machine-dependent timings and are not compared;
+* each exercise's unwritten or buggy first version is caught (``FAIL:``) and its solution at
+  the end of the notebook passes.
+
+To store a chapter after editing it: ``python -m tests.test_tutorials docs/tutorials/X.ipynb``
+(it re-executes the chapter and writes it with its outputs).
+"""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import nbclient
@@ -11,30 +24,85 @@ import nbformat
 import pytest
 
 TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "docs" / "tutorials").glob("*.ipynb"))
-FIGURES = {"01": 2, "02": 3, "03": 2, "04": 2, "05": 2, "06": 2}
+FIGURES = {"01": 2, "02": 3, "03": 2, "04": 2, "05": 2, "06": 2, "07": 3, "08": 2}
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
-def test_there_are_six_chapters():
+def execute(nb, path: Path) -> None:
+    """Run ``nb`` in a fresh kernel in its own folder; each cell has a deadline, so a reader's
+    notebook never hangs the suite."""
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(path)}}).execute()
+    for cell in nb.cells:                       # warnings go to stderr: not kept, not compared
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if o.get("name") != "stderr"]
+
+
+def printed(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+
+
+def same_text(stored: str, fresh: str) -> str | None:
+    """None if ``fresh`` says what ``stored`` says (numbers within tolerance), else why not."""
+    if NUMBER.sub("#", stored) != NUMBER.sub("#", fresh):
+        return f"the words differ:\n  stored {stored[:300]!r}\n  now    {fresh[:300]!r}"
+    for a, b in zip(NUMBER.findall(stored), NUMBER.findall(fresh)):
+        x, y = float(a), float(b)
+        if abs(x - y) > 1e-3 * max(abs(x), abs(y)) + 1e-9:
+            return f"{a} is now {b} in:\n  {fresh[:300]!r}"
+    return None
+
+
+def test_there_are_the_indexed_chapters():
     assert [p.name[:2] for p in TUTORIALS] == list(FIGURES)
+    index = (TUTORIALS[0].parent / "README.md").read_text()
+    for p in TUTORIALS:
+        assert p.name in index, f"docs/tutorials/README.md does not list {p.name}"
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
-def test_the_tutorial_runs_and_its_exercise_is_checked(path, tmp_path, monkeypatch):
-    # over 5 s for chapters 01, 04, 05, 06: a notebook runs whole in its own kernel; this is the
-    # only test that executes each chapter and checks its exercise
+def test_the_tutorial_reruns_as_stored_and_its_exercises_are_checked(path, tmp_path,
+                                                                      monkeypatch):
+    # over 5 s for most chapters: a notebook runs whole in its own kernel; this is the only
+    # test that executes each chapter and checks its exercises
     # the kernel inherits one thread per xdist worker, as the workers themselves run
     # (two kernels with torch's default pool each on a 2-core machine spin against each other)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    nb = nbformat.read(path, as_version=4)
-    assert all(not c.get("outputs") and c.get("execution_count") is None
-               for c in nb.cells if c.cell_type == "code"), "stored with outputs stripped"
-    # each cell has a deadline: a reader's notebook never hangs the suite
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    stored = nbformat.read(path, as_version=4)
+    code = [c for c in stored.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "stored without its outputs: refresh it"
+    fresh = nbformat.read(path, as_version=4)
+    execute(fresh, tmp_path)
+    outputs = [o for c in fresh.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == FIGURES[path.name[:2]]
-    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    last = text.rindex(" passed (")                          # the solution's verdict
+    stored_images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(stored_images) == len(images), "the stored figures are not the drawn ones"
+    for old, new in zip(code, (c for c in fresh.cells if c.cell_type == "code")):
+        if "varies" in old.metadata.get("tags", []):
+            continue
+        why = same_text(printed(old), printed(new))
+        assert why is None, f"{path.name}: {why}"
+    text = "".join(printed(c) for c in fresh.cells if c.cell_type == "code")
+    last = text.rindex(" passed (")                          # the last solution's verdict
     assert "FAIL:" in text[:last] and "FAILED" not in text   # the bug caught, the fix passes
+
+
+def test_the_comparison_tolerates_rounding_and_catches_a_changed_number():
+    assert same_text("error 1.6e-15, loss 0.4242\n", "error 2.1e-15, loss 0.42421\n") is None
+    assert "0.4242 is now 0.5" in same_text("loss 0.4242\n", "loss 0.5\n")
+    assert "words differ" in same_text("passed\n", "FAIL: x\n")
+
+
+def refresh(path: Path) -> None:
+    """Re-execute a chapter and store it with its outputs (what a contributor runs)."""
+    nb = nbformat.read(path, as_version=4)
+    execute(nb, path.parent)
+    nbformat.write(nb, path)
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        refresh(Path(arg))

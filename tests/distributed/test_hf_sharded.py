@@ -105,9 +105,9 @@ def test_every_family_sharded_over_two_ranks_equals_one_process():
 
 @pytest.mark.parametrize("world", [1, 3, 4])
 def test_one_three_and_four_ranks_with_fewer_kv_heads_than_ranks(world):
-    # over 5 s: P = 1 (the sharded path on one rank), 3 and 4, uneven shards; Qwen2 has 1 K/V head, Llama 2 (fewer than the
-    # ranks); at P = 4 also Gemma 2 (alternating windows, softcap), gpt-oss (sinks) and GPT-2,
-    # and the 2 x 2 ring x all-to-all mesh
+    # over 5 s: P = 1 (the sharded path on one rank), 3 and 4, uneven shards; Qwen2 has 1
+    # K/V head, Llama 2 (fewer than the ranks); at P = 4 also Gemma 2 (alternating windows,
+    # softcap), gpt-oss (sinks) and GPT-2, and the 2 x 2 ring x all-to-all mesh
     families = ("llama", "qwen2") if world < 4 else ("llama", "qwen2", "gemma2", "gpt_oss",
                                                      "gpt2")
     cases = [dict(family=f, dtype=DTYPES[f][0], n=N, padding="left") for f in families]

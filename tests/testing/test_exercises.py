@@ -1,0 +1,86 @@
+"""Every tutorial exercise's check fails on a planted wrong answer (with a message that says
+what is off) and passes on the solution."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlab.testing.exercises import check, loo_mse
+
+
+def test_7_1_the_dot_product_form_of_the_gaussian_kernel():
+    def right(x_q, x_k, sigma):
+        s = x_q[:, None] * x_k[None, :] / sigma ** 2 - x_k[None, :] ** 2 / (2 * sigma ** 2)
+        return torch.softmax(s, dim=-1)
+
+    def no_key_term(x_q, x_k, sigma):                     # the planted mistake
+        return torch.softmax(x_q[:, None] * x_k[None, :] / sigma ** 2, dim=-1)
+
+    assert check("7.1", right).passed
+    v = check("7.1", no_key_term)
+    assert not v.passed and "-k^2 / (2 sigma^2)" in v.detail
+
+
+def test_7_2_the_small_width_limit_is_the_nearest_neighbour():
+    def nearest(x_q, x_k, y_k):
+        return y_k[(x_q[:, None] - x_k[None, :]).abs().argmin(dim=1)]
+
+    def mean(x_q, x_k, y_k):                              # the wide-kernel limit instead
+        return y_k.mean().expand(len(x_q))
+
+    assert check("7.2", nearest).passed
+    assert not check("7.2", mean).passed
+
+
+def test_7_3_a_trained_width_reaches_the_stated_loss():
+    g = torch.Generator().manual_seed(0)
+    x = torch.sort(torch.rand(50, generator=g, dtype=torch.float64) * 5).values
+    y = 2 * torch.sin(x) + x ** 0.8 + 0.5 * torch.randn(50, generator=g, dtype=torch.float64)
+    grid = torch.linspace(0.05, 3, 300, dtype=torch.float64)
+    best = grid[int(torch.stack([loo_mse(x, y, s) for s in grid]).argmin())]
+    target = 1.05 * float(loo_mse(x, y, best))
+    assert check("7.3", float(best), x, y, target).passed
+    assert not check("7.3", 5.0, x, y, target).passed          # far too wide
+    assert not check("7.3", -1.0, x, y, target).passed
+
+
+def test_8_1_cache_bytes():
+    def right(layers, kv_heads, head_dim, tokens, batch, bytes_per):
+        return 2 * layers * kv_heads * head_dim * tokens * batch * bytes_per
+
+    def keys_only(layers, kv_heads, head_dim, tokens, batch, bytes_per):
+        return layers * kv_heads * head_dim * tokens * batch * bytes_per
+
+    assert check("8.1", right).passed
+    v = check("8.1", keys_only)
+    assert not v.passed and "two tensors" in v.detail
+
+
+def test_8_2_one_cached_decoding_step():
+    def right(q, kc, vc, k, v):
+        kc, vc = torch.cat([kc, k], dim=2), torch.cat([vc, v], dim=2)
+        s = q @ kc.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(s, dim=-1) @ vc, kc, vc
+
+    def forgets_the_cache(q, kc, vc, k, v):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(s, dim=-1) @ v, torch.cat([kc, k], dim=2), torch.cat([vc, v], 2)
+
+    assert check("8.2", right).passed
+    assert not check("8.2", forgets_the_cache).passed
+
+
+def test_8_3_grouped_query_heads():
+    assert check("8.3", lambda k, n: k.repeat_interleave(n // k.shape[1], dim=1)).passed
+    v = check("8.3", lambda k, n: k.repeat(1, n // k.shape[1], 1, 1))   # interleaved wrongly
+    assert not v.passed and "heads 0-2 the first" in v.detail
+
+
+def test_an_unwritten_answer_and_a_crash_are_said_not_raised():
+    def todo(**kwargs):
+        raise NotImplementedError
+
+    assert "not written yet" in check("8.1", todo).detail
+    assert "raised ZeroDivisionError" in check("8.1", lambda **c: 1 / 0).detail
