@@ -84,3 +84,20 @@ def test_an_unwritten_answer_and_a_crash_are_said_not_raised():
 
     assert "not written yet" in check("8.1", todo).detail
     assert "raised ZeroDivisionError" in check("8.1", lambda **c: 1 / 0).detail
+
+
+def test_9_1_additive_scores():
+    def right(s, h, W, U, v):
+        return torch.tanh((s @ W.T)[:, None, :] + h @ U.T) @ v
+
+    def tanh_of_each_apart(s, h, W, U, v):                 # tanh(Ws) + tanh(Uh): not additive
+        return (torch.tanh(s @ W.T)[:, None, :] + torch.tanh(h @ U.T)) @ v
+
+    assert check("9.1", right).passed
+    assert not check("9.1", tanh_of_each_apart).passed
+
+
+def test_9_2_the_reversal_alignment():
+    assert check("9.2", lambda L: torch.eye(L).flip(1)).passed
+    v = check("9.2", lambda L: torch.eye(L))               # the copy task's diagonal
+    assert not v.passed and "column" in v.detail
