@@ -29,7 +29,7 @@ import torch
 from attnlab.distributed import layout as L
 from attnlab.distributed._comm import Comm, guarded
 from attnlab.distributed.ring import ring_attention
-from attnlab.distributed.ulysses import _AllToAll, head_split
+from attnlab.distributed.ulysses import _AllToAll, split_heads
 
 
 def choose_split(n_heads: int, n_kv_heads: int, world_size: int) -> tuple[int, int]:
@@ -112,13 +112,7 @@ def _hybrid_call(comm, ring_group, q, k, v, causal, window, key_mask, scale, sof
     n_local = torch.tensor([q.shape[2], k.shape[2]])
     lengths = comm.all_gather_ints(n_local.tolist())
     n_qs, n_ks = [a for a, _ in lengths], [b for _, b in lengths]
-    h, h_kv = q.shape[1], k.shape[1]
-    qb, kb, repeat = head_split(h, h_kv, world)
-    if repeat:
-        k = k.repeat_interleave(h // h_kv, dim=1)
-        v = v.repeat_interleave(h // h_kv, dim=1)
-    q_heads = [b - a for a, b in zip(qb, qb[1:])]
-    kv_heads = [b - a for a, b in zip(kb, kb[1:])]
+    k, v, _, q_heads, kv_heads, _ = split_heads(k, v, q.shape[1], world)
     comm.step = "gathering the group's rows"
     # the group's members hold consecutive pieces of its ring shard: rank order is its order
     q_g = _AllToAll.apply(q, comm, 1, q_heads, 2, n_qs)

@@ -35,6 +35,19 @@ def head_split(n_heads: int, n_kv_heads: int, world: int) -> tuple[list[int], li
     return qb, qb, True
 
 
+def split_heads(k, v, n_heads: int, world: int):
+    """What each rank takes in the all-to-all: ``(k, v, query head bounds, query heads per
+    rank, K/V heads per rank, repeated)``; K/V repeated to the query heads first when there
+    are fewer K/V heads than ranks."""
+    h_kv = k.shape[1]
+    qb, kb, repeat = head_split(n_heads, h_kv, world)
+    if repeat:
+        k = k.repeat_interleave(n_heads // h_kv, dim=1)
+        v = v.repeat_interleave(n_heads // h_kv, dim=1)
+    return (k, v, qb, [b - a for a, b in zip(qb, qb[1:])],
+            [b - a for a, b in zip(kb, kb[1:])], repeat)
+
+
 class _AllToAll(torch.autograd.Function):
     """Split ``x`` along ``split_dim`` (sizes per destination rank), exchange, and concatenate
     what arrives along ``cat_dim`` (sizes per source rank). Backward: the same, inverted."""
@@ -94,12 +107,7 @@ def _ulysses_call(comm, q, k, v, causal, window, mask, key_mask, scale, softcap,
     q_ranges = L.ranges_of(layout, n_qs, "the queries")
     k_ranges = L.ranges_of(layout, n_ks, "the keys")
     h, h_kv, world = q.shape[1], k.shape[1], comm.size
-    qb, kb, repeat = head_split(h, h_kv, world)
-    if repeat:
-        k = k.repeat_interleave(h // h_kv, dim=1)
-        v = v.repeat_interleave(h // h_kv, dim=1)
-    q_heads = [b - a for a, b in zip(qb, qb[1:])]
-    kv_heads = [b - a for a, b in zip(kb, kb[1:])]
+    k, v, qb, q_heads, kv_heads, repeat = split_heads(k, v, h, world)
     comm.step = "gathering the sequence"
     q_all = _AllToAll.apply(q, comm, 1, q_heads, 2, n_qs)         # (B, H_r, N_q, D), rank order
     k_all = _AllToAll.apply(k, comm, 1, kv_heads, 2, n_ks)
