@@ -1,0 +1,34 @@
+"""Checks for the tutorials' exercises (docs/tutorials/): each takes what the reader wrote and
+says, in one line, whether it is right and, if not, what is off.
+
+    from attnlab.testing.exercises import check
+    check("7.1", dot_form)          # prints "exercise 7.1 passed" or "exercise 7.1 FAIL: ..."
+
+Every check is tested against a planted wrong answer and against the solution
+(tests/testing/test_exercises.py), so a reader's wrong answer cannot pass it.
+"""
+
+from __future__ import annotations
+
+from attnlab.testing.exercises import decoding, pooling, seq2seq
+from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaraya_watson
+
+__all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
+
+_CHECKS = {**pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS}
+
+
+def check(exercise: str, answer, *args, **kwargs) -> Verdict:
+    """Check ``answer`` to ``exercise`` (e.g. ``"7.1"``) and print the one-line verdict."""
+    if exercise not in _CHECKS:
+        raise ValueError(f"exercise must be one of {', '.join(_CHECKS)}, got {exercise!r}")
+    try:
+        verdict = _CHECKS[exercise](answer, *args, **kwargs)
+    except NotImplementedError:
+        verdict = Verdict(exercise, False, "not written yet (the cell still raises "
+                          "NotImplementedError)")
+    except Exception as err:                      # the reader's code failed: say how
+        verdict = Verdict(exercise, False, f"your code raised {type(err).__name__}: {err}")
+    print(verdict)
+    return verdict
