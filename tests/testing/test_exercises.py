@@ -101,3 +101,38 @@ def test_9_2_the_reversal_alignment():
     assert check("9.2", lambda L: torch.eye(L).flip(1)).passed
     v = check("9.2", lambda L: torch.eye(L))               # the copy task's diagonal
     assert not v.passed and "column" in v.detail
+
+
+def test_10_1_causal_mask_is_aligned_bottom_right():
+    assert check("10.1", lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(k - q + 1)).passed
+    v = check("10.1", lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(1))   # top-left
+    assert not v.passed and "n_q = 1" in v.detail
+    assert not check("10.1", lambda q, k: torch.ones(q, k).triu(k - q + 1)).passed  # not bool
+
+
+def test_10_2_beam_step_adds_the_parent_score():
+    def right(score, logp, k):
+        B, _, V = logp.shape
+        total, best = (score[:, :, None] + logp).reshape(B, -1).topk(k, dim=1)
+        return total, best // V, best % V
+
+    def forgets_history(score, logp, k):                  # the notebook's planted bug
+        B, _, V = logp.shape
+        best_logp, best = logp.reshape(B, -1).topk(k, dim=1)
+        return best_logp, best // V, best % V
+
+    def parent_mod(score, logp, k):                       # parents and tokens swapped
+        B, _, V = logp.shape
+        total, best = (score[:, :, None] + logp).reshape(B, -1).topk(k, dim=1)
+        return total, best % k, best // k
+
+    assert check("10.2", right).passed
+    v = check("10.2", forgets_history)
+    assert not v.passed and "parent beam's score" in v.detail
+    assert "parents or tokens" in check("10.2", parent_mod).detail
+
+
+def test_10_3_a_target_token_moves_the_outputs_after_it():
+    assert check("10.3", lambda n, t: torch.arange(n) > t).passed
+    v = check("10.3", lambda n, t: torch.arange(n) >= t)
+    assert not v.passed and "cannot have read it" in v.detail
