@@ -136,3 +136,39 @@ def test_10_3_a_target_token_moves_the_outputs_after_it():
     assert check("10.3", lambda n, t: torch.arange(n) > t).passed
     v = check("10.3", lambda n, t: torch.arange(n) >= t)
     assert not v.passed and "cannot have read it" in v.detail
+
+
+def test_11_1_rope_score_depends_on_the_offset():
+    def right(q, k, delta, theta):
+        c, s = math.cos(delta * theta), math.sin(delta * theta)
+        return q[0] * (c * k[0] - s * k[1]) + q[1] * (s * k[0] + c * k[1])
+
+    def wrong_sign(q, k, delta, theta):                   # rotated the other way
+        return right(q, k, -delta, theta)
+
+    assert check("11.1", right).passed
+    v = check("11.1", wrong_sign)
+    assert not v.passed and "R(b - a)" in v.detail
+    assert not check("11.1", lambda q, k, d, t: float(q @ k)).passed      # no rotation at all
+
+
+def test_11_2_pairs_short_of_a_turn():
+    def right(d, n):
+        omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        return [i for i, w in enumerate(omega.tolist()) if (n - 1) * w < 2 * math.pi]
+
+    def one_radian(d, n):                                 # a "turn" of 1 instead of 2 pi
+        omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        return [i for i, w in enumerate(omega.tolist()) if (n - 1) * w < 1]
+
+    assert check("11.2", right).passed
+    assert not check("11.2", one_radian).passed
+
+
+def test_11_3_cached_queries_are_the_last_positions():
+    from attnlab.nn import RotaryEmbedding
+
+    rope = RotaryEmbedding(8)
+    assert check("11.3", lambda q, k, r: r(q, k), rope).passed
+    v = check("11.3", lambda q, k, r: (r(q), r(k)), rope)      # the notebook's planted bug
+    assert not v.passed and "positions 7 and 8" in v.detail

@@ -10,14 +10,15 @@ Every check is tested against a planted wrong answer and against the solution
 
 from __future__ import annotations
 
-from attnlab.testing.exercises import decoding, pooling, seq2seq, transformer
+from attnlab.testing.exercises import decoding, pooling, positions, seq2seq, transformer
 from attnlab.testing.exercises._verdict import Verdict
 from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaraya_watson
 
 __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
 _CHECKS = {**pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS,
-           **transformer.CHECKS}
+           **transformer.CHECKS,
+           **positions.CHECKS}
 
 
 def check(exercise: str, answer, *args, **kwargs) -> Verdict:
