@@ -172,3 +172,29 @@ def test_11_3_cached_queries_are_the_last_positions():
     assert check("11.3", lambda q, k, r: r(q, k), rope).passed
     v = check("11.3", lambda q, k, r: (r(q), r(k)), rope)      # the notebook's planted bug
     assert not v.passed and "positions 7 and 8" in v.detail
+
+
+def test_12_1_patches_are_squares():
+    def right(img, p):
+        B, H, W = img.shape
+        return img.reshape(B, H // p, p, W // p, p).permute(0, 1, 3, 2, 4).reshape(B, -1, p * p)
+
+    assert check("12.1", right).passed
+    v = check("12.1", lambda img, p: img.reshape(len(img), -1, p * p))   # rows of p * p pixels
+    assert not v.passed and "p x p square" in v.detail
+
+
+def test_12_2_vit_attention_weights():
+    assert check("12.2", lambda i, p, L, H: L * H * ((i // p) ** 2 + 1) ** 2).passed
+    v = check("12.2", lambda i, p, L, H: L * H * ((i // p) ** 2) ** 2)
+    assert not v.passed and "class token" in v.detail
+
+
+def test_12_3_graph_softmax_over_neighbours():
+    def right(e, adj):
+        return torch.softmax(e.masked_fill(~adj, -math.inf), dim=-1)
+
+    assert check("12.3", right).passed
+    v = check("12.3", lambda e, adj: torch.softmax(e.masked_fill(~adj, -math.inf), dim=0))
+    assert not v.passed and "sum to" in v.detail
+    assert "non-neighbour" in check("12.3", lambda e, adj: torch.softmax(e, dim=-1)).detail
