@@ -198,3 +198,38 @@ def test_12_3_graph_softmax_over_neighbours():
     v = check("12.3", lambda e, adj: torch.softmax(e.masked_fill(~adj, -math.inf), dim=0))
     assert not v.passed and "sum to" in v.detail
     assert "non-neighbour" in check("12.3", lambda e, adj: torch.softmax(e, dim=-1)).detail
+
+
+def test_13_1_pairs_a_window_keeps():
+    def right(n, w):
+        w = min(w, n - 1)
+        return n * (2 * w + 1) - w * (w + 1)
+
+    assert check("13.1", right).passed
+    v = check("13.1", lambda n, w: n * (2 * w + 1))
+    assert not v.passed and "fewer keys" in v.detail
+
+
+def test_13_2_kernel_attention_without_an_n_by_n_tensor():
+    def right(pq, pk, v):
+        return (pq @ (pk.T @ v)) / (pq @ pk.sum(0))[:, None]
+
+    def quadratic(pq, pk, v):                             # right numbers, N x N memory
+        a = pq @ pk.T
+        return (a @ v) / a.sum(-1, keepdim=True)
+
+    assert check("13.2", right).passed
+    v = check("13.2", quadratic)
+    assert not v.passed and "N x N" in v.detail
+    assert "differs" in check("13.2", lambda pq, pk, v: pq @ (pk.T @ v)).detail  # unnormalised
+
+
+def test_13_3_window_mask_keeps_w_each_side():
+    def mask(n, w, strict):
+        i = torch.arange(n)
+        d = (i[:, None] - i[None, :]).abs()
+        return d < w if strict else d <= w
+
+    assert check("13.3", lambda n, w: mask(n, w, False)).passed
+    v = check("13.3", lambda n, w: mask(n, w, True))
+    assert not v.passed and "should keep 5 keys" in v.detail

@@ -10,7 +10,15 @@ Every check is tested against a planted wrong answer and against the solution
 
 from __future__ import annotations
 
-from attnlab.testing.exercises import decoding, pooling, positions, seq2seq, sets, transformer
+from attnlab.testing.exercises import (
+    decoding,
+    efficient,
+    pooling,
+    positions,
+    seq2seq,
+    sets,
+    transformer,
+)
 from attnlab.testing.exercises._verdict import Verdict
 from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaraya_watson
 
@@ -18,7 +26,8 @@ __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
 _CHECKS = {**pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS,
            **transformer.CHECKS,
-           **positions.CHECKS, **sets.CHECKS}
+           **positions.CHECKS, **sets.CHECKS,
+           **efficient.CHECKS}
 
 
 def check(exercise: str, answer, *args, **kwargs) -> Verdict:

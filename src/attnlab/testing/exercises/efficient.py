@@ -1,0 +1,81 @@
+"""Chapter 13's checks: the pairs a window keeps, kernel attention in linear memory (every
+tensor the reader's code creates is watched), and a window's keep-mask."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attnlab.testing.exercises._verdict import Verdict
+
+
+def _kept_pairs(fn: Callable) -> Verdict:
+    """``fn(N, w)``: pairs with |i - j| <= w among N tokens."""
+    for n, w in ((10, 2), (100, 16), (7, 0), (5, 9), (4096, 128)):
+        i = torch.arange(n)
+        want = int(((i[:, None] - i[None, :]).abs() <= w).sum())
+        got = fn(n, w)
+        if got != want:
+            return Verdict("13.1", False, f"N = {n}, w = {w} keeps {want:,} pairs, you said "
+                           f"{got:,}" + (" (the first and last w queries have fewer keys)"
+                                         if got == n * (2 * w + 1) else ""))
+    return Verdict("13.1", True, "five lengths and windows, a window wider than N included")
+
+
+class _Largest(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an operation creates."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def _kernel_attention(fn: Callable) -> Verdict:
+    """``fn(phi_q (N, m), phi_k (N, m), v (N, D)) -> (N, D)``, without an N x N tensor."""
+    g = torch.Generator().manual_seed(15)
+    n, m, d = 300, 8, 4
+    phi_q = torch.rand(n, m, generator=g, dtype=torch.float64) + 0.1
+    phi_k = torch.rand(n, m, generator=g, dtype=torch.float64) + 0.1
+    v = torch.randn(n, d, generator=g, dtype=torch.float64)
+    a = phi_q @ phi_k.T
+    want = (a @ v) / a.sum(-1, keepdim=True)
+    with _Largest() as watch:
+        got = fn(phi_q, phi_k, v)
+    got = torch.as_tensor(got)
+    if tuple(got.shape) != (n, d):
+        return Verdict("13.2", False, f"expected ({n}, {d}), got {tuple(got.shape)}")
+    err = float((got - want).abs().max())
+    if err > 1e-9:
+        return Verdict("13.2", False, f"the output differs from the normalised kernel "
+                       f"average by up to {err:.3g}")
+    if watch.largest >= n * n:
+        return Verdict("13.2", False, f"right output, but your code created a tensor of "
+                       f"{watch.largest:,} elements for N = {n} (N x N = {n * n:,}): regroup "
+                       "as phi(Q) (phi(K)^T V)")
+    return Verdict("13.2", True, f"largest tensor {watch.largest:,} elements for N = {n}")
+
+
+def _window_mask(fn: Callable) -> Verdict:
+    """``fn(n, w) -> (n, n)`` bool, True where |i - j| <= w."""
+    for n, w in ((9, 2), (6, 0), (5, 7)):
+        i = torch.arange(n)
+        want = (i[:, None] - i[None, :]).abs() <= w
+        got = torch.as_tensor(fn(n, w))
+        if tuple(got.shape) != (n, n) or not torch.equal(got.bool(), want):
+            mid = n // 2
+            return Verdict("13.3", False, f"n = {n}, w = {w}: query {mid} should keep "
+                           f"{int(want[mid].sum())} keys, your mask keeps "
+                           f"{int(got.bool()[mid].sum()) if got.shape == want.shape else '?'}")
+    return Verdict("13.3", True, "three windows")
+
+
+CHECKS = {"13.1": _kept_pairs, "13.2": _kernel_attention, "13.3": _window_mask}
