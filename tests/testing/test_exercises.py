@@ -233,3 +233,48 @@ def test_13_3_window_mask_keeps_w_each_side():
     assert check("13.3", lambda n, w: mask(n, w, False)).passed
     v = check("13.3", lambda n, w: mask(n, w, True))
     assert not v.passed and "should keep 5 keys" in v.detail
+
+
+def test_14_1_merge_is_stable_and_handles_empty_parts():
+    def right(o1, l1, o2, l2):
+        m = torch.maximum(l1, l2)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        lse = m + torch.log(torch.exp(l1 - m) + torch.exp(l2 - m))
+        w1, w2 = torch.nan_to_num(torch.exp(l1 - lse)), torch.nan_to_num(torch.exp(l2 - lse))
+        return w1[..., None] * o1 + w2[..., None] * o2, lse
+
+    def overflowing(o1, l1, o2, l2):                      # the notebook's first try
+        w1, w2 = l1.exp(), l2.exp()
+        return (w1[..., None] * o1 + w2[..., None] * o2) / (w1 + w2)[..., None], torch.log(w1 + w2)
+
+    def nan_on_empty(o1, l1, o2, l2):                     # stable, but -inf - -inf = nan
+        lse = torch.logaddexp(l1, l2)
+        return torch.exp(l1 - lse)[..., None] * o1 + torch.exp(l2 - lse)[..., None] * o2, lse
+
+    assert check("14.1", right).passed
+    v = check("14.1", overflowing)
+    assert not v.passed and "inf or nan" in v.detail
+    assert "two empty parts" in check("14.1", nan_on_empty).detail
+
+
+def test_14_2_contiguous_causal_work():
+    def right(n, p):
+        b = n // p
+        return [b * r * b + b * (b + 1) // 2 for r in range(p)]
+
+    assert check("14.2", right).passed
+    assert not check("14.2", lambda n, p: [n * n // (2 * p)] * p).passed    # "balanced"
+
+
+def test_14_3_zigzag_pairs_early_with_late():
+    def right(n, p, r):
+        c = n // (2 * p)
+        return list(range(r * c, (r + 1) * c)) + list(range((2 * p - 1 - r) * c, (2 * p - r) * c))
+
+    def shifted(n, p, r):                                 # the notebook's planted bug
+        c = n // (2 * p)
+        return list(range(r * c, (r + 1) * c)) + list(range((p + r) * c, (p + r + 1) * c))
+
+    assert check("14.3", right).passed
+    v = check("14.3", shifted)
+    assert not v.passed and "early chunk balances a late one" in v.detail

@@ -15,6 +15,7 @@ from attnlab.testing.exercises import (
     efficient,
     pooling,
     positions,
+    scale,
     seq2seq,
     sets,
     transformer,
@@ -24,10 +25,9 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 
 __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
-_CHECKS = {**pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS,
-           **transformer.CHECKS,
-           **positions.CHECKS, **sets.CHECKS,
-           **efficient.CHECKS}
+# chapter by chapter, 7 to 14
+_CHECKS = {**pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS, **transformer.CHECKS,
+           **positions.CHECKS, **sets.CHECKS, **efficient.CHECKS, **scale.CHECKS}
 
 
 def check(exercise: str, answer, *args, **kwargs) -> Verdict:
