@@ -278,3 +278,38 @@ def test_14_3_zigzag_pairs_early_with_late():
     assert check("14.3", right).passed
     v = check("14.3", shifted)
     assert not v.passed and "early chunk balances a late one" in v.detail
+
+
+def test_6_1_score_spread():
+    assert check("6.1", lambda d: (math.sqrt(d), 1.0)).passed
+    v = check("6.1", lambda d: (d, 1.0))                   # the variance, not the std
+    assert not v.passed and "square root" in v.detail
+
+
+def test_6_2_dropout_rescales_the_kept_weights():
+    def attn(q, k, v, dropout_p=0.0, generator=None, scale=None, rescale=True):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        a = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=-1)
+        if dropout_p > 0:
+            keep = torch.rand(a.shape, generator=generator, dtype=torch.float64) >= dropout_p
+            a = a * keep.to(a.dtype) / ((1 - dropout_p) if rescale else 1)
+        return a @ v
+
+    assert check("6.2", attn).passed
+    v = check("6.2", lambda *a, **o: attn(*a, **o, rescale=False))
+    assert not v.passed and "1/(1 - p)" in v.detail
+
+
+def test_6_3_temperature_limits_split_ties():
+    def right(s):
+        top = (s == s.max()).to(s.dtype)
+        return top / top.sum(), torch.full_like(s, 1 / len(s))
+
+    def argmax_only(s):                                   # the notebook's first guess
+        cold = torch.zeros_like(s)
+        cold[s.argmax()] = 1.0
+        return cold, torch.full_like(s, 1 / len(s))
+
+    assert check("6.3", right).passed
+    v = check("6.3", argmax_only)
+    assert not v.passed and "tied maxima" in v.detail

@@ -13,6 +13,7 @@ from __future__ import annotations
 from attnlab.testing.exercises import (
     decoding,
     efficient,
+    pitfalls,
     pooling,
     positions,
     scale,
@@ -25,9 +26,10 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 
 __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
-# chapter by chapter, 7 to 14
-_CHECKS = {**pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS, **transformer.CHECKS,
-           **positions.CHECKS, **sets.CHECKS, **efficient.CHECKS, **scale.CHECKS}
+# chapter by chapter
+_CHECKS = {**pitfalls.CHECKS, **pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS,
+           **transformer.CHECKS, **positions.CHECKS, **sets.CHECKS, **efficient.CHECKS,
+           **scale.CHECKS}
 
 
 def check(exercise: str, answer, *args, **kwargs) -> Verdict:
