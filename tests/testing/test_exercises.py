@@ -313,3 +313,61 @@ def test_6_3_temperature_limits_split_ties():
     assert check("6.3", right).passed
     v = check("6.3", argmax_only)
     assert not v.passed and "tied maxima" in v.detail
+
+
+def test_1_1_a_uniform_row():
+    assert check("1.1", lambda s, n: (1 / n, s + math.log(n))).passed
+    v = check("1.1", lambda s, n: (1 / n, s))              # the notebook's first guess
+    assert not v.passed and "N terms" in v.detail
+
+
+def test_1_2_softmax_jacobian():
+    assert check("1.2", lambda a: torch.diag(a) - torch.outer(a, a)).passed
+    v = check("1.2", lambda a: torch.diag(a - a ** 2))     # the diagonal only
+    assert not v.passed and "autograd" in v.detail
+
+
+def test_1_3_attention_by_hand_reports_the_output_first():
+    def stable(q, k, v, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q @ k.transpose(-2, -1)) * scale
+        e = torch.exp(s - s.amax(-1, keepdim=True))
+        return (e / e.sum(-1, keepdim=True)) @ v
+
+    def overflowing(q, k, v, scale=None):                 # the notebook's first version
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        e = torch.exp((q @ k.transpose(-2, -1)) * scale)
+        return (e / e.sum(-1, keepdim=True)) @ v
+
+    def ignores_scale(q, k, v, scale=None):               # a gradient-visible bug too
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ v
+
+    assert check("1.3", stable).passed
+    v = check("1.3", overflowing)
+    assert not v.passed and "out has NaN or inf" in v.detail
+    assert not check("1.3", ignores_scale).passed
+
+
+def test_2_1_split_heads():
+    assert check("2.1", lambda t, h: t.reshape(len(t), h, -1).transpose(0, 1)).passed
+    v = check("2.1", lambda t, h: t.reshape(h, len(t), -1))
+    assert not v.passed and "head 0 should hold" in v.detail
+
+
+def test_2_2_mha_parameters_do_not_depend_on_heads():
+    assert check("2.2", lambda e, h: 4 * e * e + 4 * e).passed
+    assert not check("2.2", lambda e, h: 4 * h * (e // h) ** 2).passed
+    assert not check("2.2", lambda e, h: 4 * e * e).passed                  # no biases
+
+
+def test_2_3_additive_padding_mask():
+    def right(lengths, n):
+        real = torch.arange(n)[None, :] < torch.as_tensor(lengths)[:, None]
+        return torch.zeros(real.shape).masked_fill(~real, float("-inf"))[:, None, None, :]
+
+    assert check("2.3", right).passed
+    v = check("2.3", lambda lengths, n: right(lengths, n)[:, 0, 0])
+    assert not v.passed and "broadcast" in v.detail
+    v = check("2.3", lambda lengths, n: (torch.arange(n)[None, :] < torch.as_tensor(
+        lengths)[:, None])[:, None, None, :])
+    assert not v.passed and "boolean" in v.detail

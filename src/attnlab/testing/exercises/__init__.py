@@ -11,6 +11,7 @@ Every check is tested against a planted wrong answer and against the solution
 from __future__ import annotations
 
 from attnlab.testing.exercises import (
+    basics,
     decoding,
     efficient,
     pitfalls,
@@ -26,10 +27,10 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 
 __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
-# chapter by chapter
-_CHECKS = {**pitfalls.CHECKS, **pooling.CHECKS, **decoding.CHECKS, **seq2seq.CHECKS,
-           **transformer.CHECKS, **positions.CHECKS, **sets.CHECKS, **efficient.CHECKS,
-           **scale.CHECKS}
+# chapter by chapter: 1-2, 6, 7, 8, 9, 10, 11, 12, 13, 14
+_CHECKS = {**basics.CHECKS, **pitfalls.CHECKS, **pooling.CHECKS, **decoding.CHECKS,
+           **seq2seq.CHECKS, **transformer.CHECKS, **positions.CHECKS, **sets.CHECKS,
+           **efficient.CHECKS, **scale.CHECKS}
 
 
 def check(exercise: str, answer, *args, **kwargs) -> Verdict:

@@ -1,0 +1,104 @@
+"""Chapters 1 and 2's checks: a uniform row's weights and lse, the softmax's Jacobian, attention
+written by hand, splitting heads, multi-head attention's parameter count, and a padding mask."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from attnlab.testing.exercises._verdict import Verdict
+
+
+def _equal_row(fn: Callable) -> Verdict:
+    """``fn(s, N) -> (weight, lse)`` for a row of N equal scores s."""
+    for s, n in ((0.0, 4), (2.5, 10), (-3.0, 1)):
+        weight, lse = (float(x) for x in fn(s, n))
+        if abs(weight - 1 / n) > 1e-12:
+            return Verdict("1.1", False, f"N = {n} equal scores: each weight is {1 / n:.4g}, "
+                           f"you said {weight:.4g}")
+        if abs(lse - (s + math.log(n))) > 1e-9:
+            return Verdict("1.1", False, f"s = {s}, N = {n}: the lse is "
+                           f"{s + math.log(n):.4f}, you said {lse:.4f} (the sum has N terms)")
+    return Verdict("1.1", True, "three rows")
+
+
+def _jacobian(fn: Callable) -> Verdict:
+    """``fn(a) -> (N, N)``: the softmax's Jacobian at weights ``a``, against autograd."""
+    g = torch.Generator().manual_seed(17)
+    for n in (3, 6):
+        s = torch.randn(n, generator=g, dtype=torch.float64) * 2
+        a = torch.softmax(s, -1)
+        want = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), s)
+        got = torch.as_tensor(fn(a), dtype=torch.float64)
+        if tuple(got.shape) != (n, n):
+            return Verdict("1.2", False, f"expected an ({n}, {n}) matrix, got {tuple(got.shape)}")
+        err = float((got - want).abs().max())
+        if err > 1e-10:
+            return Verdict("1.2", False, f"differs from autograd's Jacobian by up to {err:.3g}; "
+                           f"autograd's diagonal is {want.diagonal().numpy().round(3)}, yours "
+                           f"{got.diagonal().numpy().round(3)}")
+    return Verdict("1.2", True, "equal to autograd's")
+
+
+def _my_attention(fn: Callable) -> Verdict:
+    """``fn(q, k, v, scale=None)``: attention, through :func:`attnlab.testing.check_attention`
+    in float64 and float32; output failures are reported before gradient ones."""
+    from attnlab.testing import check_attention  # noqa: PLC0415 (the package imports this one)
+
+    report = check_attention(fn, supports={"scale"}, dtypes=(torch.float64, torch.float32))
+    if not report.passed:
+        first = sorted(report.failures, key=lambda f: ": FAIL: out" not in str(f))[0]
+        return Verdict("1.3", False, str(first))
+    return Verdict("1.3", True, f"{len(report.results)} conformance checks, outputs and "
+                   "gradients")
+
+
+def _split_heads(fn: Callable) -> Verdict:
+    """``fn(t (N, E), H) -> (H, N, E / H)``, head h holding dimensions h d_h .. (h + 1) d_h - 1
+    of every token."""
+    n, e, h = 4, 6, 3
+    t = torch.arange(n * e, dtype=torch.float64).reshape(n, e)
+    got = torch.as_tensor(fn(t, h))
+    want = t.reshape(n, h, e // h).transpose(0, 1)
+    if tuple(got.shape) != tuple(want.shape):
+        return Verdict("2.1", False, f"expected {tuple(want.shape)}, got {tuple(got.shape)}")
+    if not torch.equal(got, want):
+        return Verdict("2.1", False, f"head 0 should hold dimensions 0-1 of every token, "
+                       f"{want[0].long().tolist()}; it holds {got[0].long().tolist()}")
+    return Verdict("2.1", True, f"{h} heads of {e // h} dimensions")
+
+
+def _mha_parameters(fn: Callable) -> Verdict:
+    """``fn(E, H)``: the parameters of multi-head attention (with biases)."""
+    for e, h in ((12, 3), (64, 8), (384, 12), (10, 1)):
+        want = sum(p.numel() for p in torch.nn.MultiheadAttention(e, h).parameters())
+        got = fn(e, h)
+        if got != want:
+            return Verdict("2.2", False, f"E = {e}, H = {h}: torch.nn.MultiheadAttention has "
+                           f"{want:,} parameters, you said {got:,}")
+    return Verdict("2.2", True, "four widths and head counts")
+
+
+def _padding_mask(fn: Callable) -> Verdict:
+    """``fn(lengths, N) -> (B, 1, 1, N)`` additive mask: 0 on real keys, -inf on padding."""
+    lengths, n = [3, 5, 1], 5
+    got = torch.as_tensor(fn(lengths, n))
+    if tuple(got.shape) != (3, 1, 1, n):
+        return Verdict("2.3", False, f"expected shape (3, 1, 1, {n}) to broadcast over heads "
+                       f"and queries, got {tuple(got.shape)}")
+    want = torch.zeros(3, n)
+    for b, length in enumerate(lengths):
+        want[b, length:] = float("-inf")
+    if got.dtype == torch.bool:
+        return Verdict("2.3", False, "this is a boolean mask; the exercise asks for the "
+                       "additive one (0 and -inf)")
+    if not torch.equal(got[:, 0, 0].float(), want):
+        return Verdict("2.3", False, f"for lengths {lengths} row 0 should be "
+                       f"{want[0].tolist()}, got {got[0, 0, 0].tolist()}")
+    return Verdict("2.3", True, "three lengths")
+
+
+CHECKS = {"1.1": _equal_row, "1.2": _jacobian, "1.3": _my_attention,
+          "2.1": _split_heads, "2.2": _mha_parameters, "2.3": _padding_mask}
