@@ -343,9 +343,11 @@ def test_1_3_attention_by_hand_reports_the_output_first():
         return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ v
 
     assert check("1.3", stable).passed
-    v = check("1.3", overflowing)
-    assert not v.passed and "out has NaN or inf" in v.detail
-    assert not check("1.3", ignores_scale).passed
+    v = check("1.3", overflowing)          # right on small scores, NaN on large ones
+    assert not v.passed and "right on a plain case" in v.detail and "NaN or inf" in v.detail
+    v = check("1.3", ignores_scale)        # right forward at the default scale: the kit's turn
+    assert not v.passed and "scale=" in v.detail
+    assert "the output differs" in check("1.3", lambda q, k, v, scale=None: v[..., :5, :]).detail
 
 
 def test_2_1_split_heads():
@@ -371,3 +373,37 @@ def test_2_3_additive_padding_mask():
     v = check("2.3", lambda lengths, n: (torch.arange(n)[None, :] < torch.as_tensor(
         lengths)[:, None])[:, None, None, :])
     assert not v.passed and "boolean" in v.detail
+
+
+def test_3_1_rescale_factor():
+    assert check("3.1", lambda m, m_new: math.exp(m - m_new)).passed
+    v = check("3.1", lambda m, m_new: math.exp(m_new - m))
+    assert not v.passed and "wrong way round" in v.detail
+
+
+def test_3_2_running_max_never_falls():
+    def right(scores, tile):
+        per = [float(scores[i:i + tile].max()) for i in range(0, len(scores), tile)]
+        return torch.tensor(per).cummax(0).values.tolist()
+
+    assert check("3.2", right).passed
+    v = check("3.2", lambda s, t: [float(s[i:i + t].max()) for i in range(0, len(s), t)])
+    assert not v.passed and "never falls" in v.detail
+
+
+def test_3_3_chunked_attention_reports_the_output():
+    def unrescaled(q, k, v, scale=None, chunk=16):           # the notebook's first version
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        out = 0
+        for start in range(0, k.shape[-2], chunk):
+            s = (q @ k[..., start:start + chunk, :].transpose(-2, -1)) * scale
+            out = out + torch.softmax(s, -1) @ v[..., start:start + chunk, :]
+        return out
+
+    def exact(q, k, v, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        return torch.softmax((q @ k.transpose(-2, -1)) * scale, -1) @ v
+
+    assert check("3.3", exact).passed
+    v = check("3.3", unrescaled)
+    assert not v.passed and "the output differs" in v.detail

@@ -20,6 +20,7 @@ from attnlab.testing.exercises import (
     scale,
     seq2seq,
     sets,
+    tiles,
     transformer,
 )
 from attnlab.testing.exercises._verdict import Verdict
@@ -27,8 +28,8 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 
 __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
-# chapter by chapter: 1-2, 6, 7, 8, 9, 10, 11, 12, 13, 14
-_CHECKS = {**basics.CHECKS, **pitfalls.CHECKS, **pooling.CHECKS, **decoding.CHECKS,
+# chapter by chapter: 1-2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14
+_CHECKS = {**basics.CHECKS, **tiles.CHECKS, **pitfalls.CHECKS, **pooling.CHECKS, **decoding.CHECKS,
            **seq2seq.CHECKS, **transformer.CHECKS, **positions.CHECKS, **sets.CHECKS,
            **efficient.CHECKS, **scale.CHECKS}
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, conformance
 
 
 def _equal_row(fn: Callable) -> Verdict:
@@ -45,14 +45,7 @@ def _jacobian(fn: Callable) -> Verdict:
 def _my_attention(fn: Callable) -> Verdict:
     """``fn(q, k, v, scale=None)``: attention, through :func:`attnlab.testing.check_attention`
     in float64 and float32; output failures are reported before gradient ones."""
-    from attnlab.testing import check_attention  # noqa: PLC0415 (the package imports this one)
-
-    report = check_attention(fn, supports={"scale"}, dtypes=(torch.float64, torch.float32))
-    if not report.passed:
-        first = sorted(report.failures, key=lambda f: ": FAIL: out" not in str(f))[0]
-        return Verdict("1.3", False, str(first))
-    return Verdict("1.3", True, f"{len(report.results)} conformance checks, outputs and "
-                   "gradients")
+    return conformance("1.3", fn)
 
 
 def _split_heads(fn: Callable) -> Verdict:
