@@ -407,3 +407,44 @@ def test_3_3_chunked_attention_reports_the_output():
     assert check("3.3", exact).passed
     v = check("3.3", unrescaled)
     assert not v.passed and "the output differs" in v.detail
+
+
+def test_4_1_bias_after_the_scale():
+    def right(q, k, v, mask=None, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q @ k.transpose(-2, -1)) * scale
+        if mask is not None and mask.dtype != torch.bool:
+            s = s + mask
+        if mask is not None and mask.dtype == torch.bool:
+            s = s.masked_fill(~mask, float("-inf"))
+        return torch.nan_to_num(torch.softmax(s, dim=-1)) @ v
+
+    def scaled_bias(q, k, v, mask=None, scale=None):       # the notebook's planted bug
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        if mask is not None and mask.dtype != torch.bool:
+            return right(q, k, v, mask=mask * scale, scale=scale)
+        return right(q, k, v, mask=mask, scale=scale)
+
+    assert check("4.1", right).passed
+    v = check("4.1", scaled_bias)
+    assert not v.passed and "float mask" in v.detail
+
+
+def test_4_2_sinusoidal_dot_product():
+    def right(k, d):
+        return float(torch.cos(k * 10000.0 ** (-torch.arange(0, d, 2).double() / d)).sum())
+
+    assert check("4.2", right).passed
+    assert not check("4.2", lambda k, d: d / 2).passed          # only right at k = 0
+
+
+def test_4_3_swap_under_a_causal_mask_without_positions():
+    assert check("4.3", lambda n, i, j: (torch.arange(n) >= i) & (torch.arange(n) <= j)).passed
+    assert not check("4.3", lambda n, i, j: (torch.arange(n) >= i) & (torch.arange(n) < j)).passed
+
+    def both_only(n, i, j):                                   # the answer without the mask
+        out = torch.zeros(n, dtype=torch.bool)
+        out[i] = out[j] = True
+        return out
+
+    assert not check("4.3", both_only).passed
