@@ -448,3 +448,31 @@ def test_4_3_swap_under_a_causal_mask_without_positions():
         return out
 
     assert not check("4.3", both_only).passed
+
+
+def test_5_1_contributions_weigh_by_the_value():
+    def right(alpha, v):
+        c = alpha * v.norm(dim=-1)[None, :]
+        return c / c.sum(-1, keepdim=True)
+
+    assert check("5.1", right).passed
+    assert not check("5.1", lambda a, v: a / a.sum(-1, keepdim=True)).passed
+
+
+def test_5_2_rollout_multiplies_from_the_left():
+    def roll(maps, residual=0.5, left=True):
+        n = maps.shape[-1]
+        r = torch.eye(n, dtype=maps.dtype)
+        for a in maps:
+            mixed = (1 - residual) * a + residual * torch.eye(n, dtype=maps.dtype)
+            r = mixed @ r if left else r @ mixed
+        return r
+
+    assert check("5.2", roll).passed
+    v = check("5.2", lambda maps, residual=0.5: roll(maps, residual, left=False))
+    assert not v.passed and "reverse order" in v.detail
+
+
+def test_5_3_uniform_rollout():
+    assert check("5.3", lambda n, L, r: (r ** L + (1 - r ** L) / n, (1 - r ** L) / n)).passed
+    assert not check("5.3", lambda n, L, r: (r ** L, (1 - r ** L) / n)).passed

@@ -18,6 +18,7 @@ from attnlab.testing.exercises import (
     pitfalls,
     pooling,
     positions,
+    reading,
     scale,
     seq2seq,
     sets,
@@ -29,9 +30,9 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 
 __all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
 
-# the modules in the chapters' order: 1-2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14
-CHAPTERS = (basics, tiles, blocks, pitfalls, pooling, decoding, seq2seq, transformer, positions,
-            sets, efficient, scale)
+# the modules in the chapters' order: 1-2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
+CHAPTERS = (basics, tiles, blocks, reading, pitfalls, pooling, decoding, seq2seq, transformer,
+            positions, sets, efficient, scale)
 _CHECKS = {name: fn for module in CHAPTERS for name, fn in module.CHECKS.items()}
 
 
