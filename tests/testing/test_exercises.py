@@ -476,3 +476,12 @@ def test_5_2_rollout_multiplies_from_the_left():
 def test_5_3_uniform_rollout():
     assert check("5.3", lambda n, L, r: (r ** L + (1 - r ** L) / n, (1 - r ** L) / n)).passed
     assert not check("5.3", lambda n, L, r: (r ** L, (1 - r ** L) / n)).passed
+
+
+def test_9_3_alignment_ignores_padding():
+    assert check("9.3", lambda e, keep: torch.softmax(
+        e.masked_fill(~keep, float("-inf")), dim=-1)).passed
+    v = check("9.3", lambda e, keep: torch.softmax(e, dim=-1))
+    assert not v.passed and "padding must get none" in v.detail
+    v = check("9.3", lambda e, keep: torch.softmax(e, dim=-1) * keep)        # not renormalised
+    assert not v.passed and "not their softmax" in v.detail

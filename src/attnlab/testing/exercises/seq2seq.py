@@ -39,4 +39,23 @@ def _reversal_alignment(fn: Callable) -> Verdict:
     return Verdict("9.2", True, "the anti-diagonal")
 
 
-CHECKS = {"9.1": _additive_scores, "9.2": _reversal_alignment}
+def _padded_alignment(fn: Callable) -> Verdict:
+    """``fn(e (B, L), keep (B, L) bool) -> (B, L)``: softmax over the real source positions."""
+    g = torch.Generator().manual_seed(23)
+    e = torch.randn(3, 6, generator=g, dtype=torch.float64)
+    keep = torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None]
+    want = torch.softmax(e.masked_fill(~keep, float("-inf")), dim=-1)
+    got = torch.as_tensor(fn(e, keep), dtype=torch.float64)
+    if tuple(got.shape) != (3, 6):
+        return Verdict("9.3", False, f"expected (3, 6) weights, got {tuple(got.shape)}")
+    leak = float(got[~keep].abs().max())
+    if leak > 0:
+        return Verdict("9.3", False, f"a source of 2 digits padded to 6 gives its padding "
+                       f"{float(got[1, 2:].sum()):.0%} of the weight; padding must get none")
+    if not torch.allclose(got, want):
+        return Verdict("9.3", False, "the padding gets no weight, but the real positions' "
+                       "weights are not their softmax")
+    return Verdict("9.3", True, "sources of 6, 2 and 4 digits padded to 6")
+
+
+CHECKS = {"9.1": _additive_scores, "9.2": _reversal_alignment, "9.3": _padded_alignment}
