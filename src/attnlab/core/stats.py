@@ -3,7 +3,7 @@
 :func:`attention_stats` answers the questions asked of attention at long context (where the
 sinks are, which heads stay local, how much attention each token receives) in memory linear
 in the sequence length. It walks the tiles of the ``tiled`` backend (the same scores, masks,
-bias, softcap and score_mod, :class:`attnlab.core.backends.tiled._Tiles`) twice:
+bias, softcap and score_mod, :class:`attnlab.core.tiles.Tiles`) twice:
 
 1. online, as the forward's softmax: ``m <- max(m, max_j s_ij)``,
    ``l <- l e^(m_old - m) + sum_j e^(s_ij - m)`` and, for each row statistic, the weighted sum
@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core.spec import build_spec
+from attnlab.core.tiles import Tiles, base2, key_blocks, sizes, split_lse, tile_sizes
 
 LN2 = math.log(2.0)
 FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "local_mass",
@@ -135,8 +136,6 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
     Returns:
         :class:`AttentionStats`, float32 for half-precision inputs, else q's dtype.
     """
-    from attnlab.core.backends import tiled as T
-
     _check_options(sink_keys, band)
     if pooled is not None and (not isinstance(pooled, int) or isinstance(pooled, bool)
                                or pooled < 1):
@@ -170,7 +169,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
             if bad.any():
                 raise ValueError(f"rows must be query indices in [0, {spec.n_q}), got "
                                  f"{rows[bad].tolist()[:5]}")
-        with (T.tile_sizes(*block) if block is not None else contextlib.nullcontext()):
+        with (tile_sizes(*block) if block is not None else contextlib.nullcontext()):
             if _fast(spec, sink) and not slow:
                 vf = None
                 if v is not None:
@@ -213,16 +212,16 @@ def _forward_stats(q, k, v, spec, sink_keys: int):
     key is at or before the query) and the sink mass. Returns ``(out or None, lse, entropy,
     distance, sink_mass, m, r)``: natural units but for ``lse = m + r`` in the tiles' units
     (0 on rows with no key)."""
-    from attnlab.core.backends.tiled import _base2, _forward, _lse
+    from attnlab.core.backends.tiled import tile_forward
 
     n_kv, n_k, d = k.shape
     j = torch.arange(n_k, dtype=k.dtype, device=k.device)
     feats = torch.stack([j, (j < sink_keys).to(k.dtype)], -1).expand(n_kv, n_k, 2)
     parts = ([v] if v is not None else []) + [k, feats]
     v_ext = torch.cat(parts, -1)
-    out, m, r = _forward(q, k, v_ext, dataclasses.replace(spec, d_v=v_ext.shape[-1]), None)
-    unit = LN2 if _base2(spec) else 1.0
-    lse = _lse(m, r, _base2(spec))
+    out, m, r = tile_forward(q, k, v_ext, dataclasses.replace(spec, d_v=v_ext.shape[-1]), None)
+    unit = LN2 if base2(spec) else 1.0
+    lse = split_lse(m, r, base2(spec))
     empty = torch.isneginf(lse)
     d_v = 0 if v is None else v.shape[-1]
     mean_k = out[..., d_v:d_v + d]                                     # E_p[k] (BH, N_q, D)
@@ -246,11 +245,9 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
     the tiles: the largest weight and its key (a max of the scores), the previous-token and
     local mass on the tiles the band reaches, prefix matching (with ids), and what
     :func:`_second_pass` adds (column sums, pooled maps, rows) where asked."""
-    from attnlab.core.backends.tiled import _key_blocks, _sizes
-
     n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
     dev, dt = q_s.device, m_u.dtype
-    block_q, block_k = _sizes()
+    block_q, block_k = sizes()
     best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
     prev = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
@@ -264,7 +261,7 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
         pos = torch.arange(i0, i1, device=dev, dtype=dt)[:, None] + off        # (bq, 1)
         near_lo, near_hi = i0 + off - band, i1 - 1 + off                       # keys in a band
         extra.start(i0, i1)
-        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+        for j0, j1, kind in key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
@@ -345,10 +342,8 @@ def _tile_stats_fast(q, k, v, spec, sink_keys: int, band: int, columns: bool, id
     then one pass over the tiles for the maxima, the band's masses, prefix matching and (where
     asked) the column sums, pooled maps and rows; the sharpest rows cost a pass of maxima
     before it."""
-    from attnlab.core.backends.tiled import _Tiles
-
     out, lse, entropy, distance, sink_mass, m_u, r_u = _forward_stats(q, k, v, spec, sink_keys)
-    tiles = _Tiles(spec, q.shape[0], None)
+    tiles = Tiles(spec, q.shape[0], None)
     q_s = tiles.q_scaled(q)
     empty = torch.isneginf(lse)
     before = None
@@ -387,14 +382,12 @@ def _with_sharpest(rows, max_weight, sharpest: int, n_q: int, dev):
 
 def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
                 pooled=None, rows=None, sharpest: int = 0) -> dict:
-    from attnlab.core.backends.tiled import _key_blocks, _sizes, _Tiles
-
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
     dev, dt = q.device, q.dtype
-    tiles = _Tiles(spec, n_bh, spec.float_bias())
+    tiles = Tiles(spec, n_bh, spec.float_bias())
     q_s = tiles.q_scaled(q)
     unit = LN2 if tiles.base2 else 1.0          # scores in log2 units when base2
-    block_q, block_k = _sizes()
+    block_q, block_k = sizes()
     # Pass 1, online over the key blocks of each row block (call units): the row max m, the
     # sum l = sum_j e^(s_ij - m) and, for each statistic f, A_f = sum_j e^(s_ij - m) f_ij, all
     # rescaled by e^(m_old - m_new) when a block raises the max, as the forward rescales its
@@ -417,7 +410,7 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
         m = torch.full((n_bh, i1 - i0), float("-inf"), dtype=dt, device=dev)
         l = torch.zeros((n_bh, i1 - i0), dtype=dt, device=dev)
         a = {name: torch.zeros((n_bh, i1 - i0), dtype=dt, device=dev) for name in names}
-        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+        for j0, j1, kind in key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
@@ -480,18 +473,16 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
 
 def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> dict:
     """The online path's second pass: ``p = e^(s - m) / l`` tile by tile into :class:`_Extra`."""
-    from attnlab.core.backends.tiled import _key_blocks, _sizes
-
     extra = _Extra(q_s.shape[0], spec.n_q, spec.n_k, q_s.device, m_all.dtype, columns, pooled,
                    rows)
     if not extra.wanted:
         return extra.result()
-    block_q, block_k = _sizes()
+    block_q, block_k = sizes()
     for i0 in range(0, spec.n_q, block_q):
         i1 = min(i0 + block_q, spec.n_q)
         mi, li = m_all[:, i0:i1, None], inv_l[:, i0:i1, None]
         extra.start(i0, i1)
-        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+        for j0, j1, kind in key_blocks(spec, i0, i1, block_k):
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is not None:
                 extra.add(tiles.exp(s - mi) * li, i0, i1, j0, j1)      # (BH, bq, bk)

@@ -35,221 +35,38 @@ Differs from the reference only in the order of floating-point operations.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 
 import torch
 
-from attnlab.core._geometry import band_range, tile_keep, tile_of
+from attnlab.core._geometry import tile_of
 from attnlab.core.backends.reference import absorbed_rows_by_formula
-from attnlab.core.dropout import keep_mask
-from attnlab.core.masks import materialize
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.score_mod import TileGrad
-from attnlab.core.score_mod import apply as apply_score_mod
 from attnlab.core.softmax import finite_or_zero, merge_split
 from attnlab.core.spec import AttentionOutput, AttentionSpec
+from attnlab.core.tiles import (  # tile_sizes: the backend's, as blocksparse's and gpu's
+    LOG2E,
+    Tiles,
+    base2,
+    key_blocks,
+    sizes,
+    split_lse,
+    tile_kinds,
+    tile_sizes,  # noqa: F401
+)
 
-# Tile sizes. Large tiles keep the Python loop short and the matmuls efficient on CPU; a
-# (8, 256, 512) float32 tile is 4 MiB and stays in cache: measured fastest on 2 cores (N = 4096,
-# D = 64: 1.23x SDPA forward against 1.40x with 512 x 1024 tiles). tile_sizes() shrinks them (tests
-# cross many tiles).
-BLOCK_Q = 256
-BLOCK_K = 512
-_SIZES: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "attnlab_tiled_sizes", default=None)
-LOG2E = 1.0 / math.log(2.0)
-LN2 = math.log(2.0)
 # Rows whose shift is above this (in log2 units) keep m and r apart in the backward.
 _HUGE = 2.0 ** 20
 
 
-@contextlib.contextmanager
-def tile_sizes(block_q: int, block_k: int):
-    """Within the block, the tiled backend uses ``(block_q, block_k)`` tiles (in this thread or
-    task; restored on exit). For tests that must cross many tiles, and for tuning."""
-    for name, v in (("block_q", block_q), ("block_k", block_k)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    token = _SIZES.set((block_q, block_k))
-    try:
-        yield
-    finally:
-        _SIZES.reset(token)
-
-
-def _sizes() -> tuple[int, int]:
-    return _SIZES.get() or (BLOCK_Q, BLOCK_K)
-
-
-def _tile_kinds(spec: AttentionSpec, i0: int, i1: int, block_k: int):
-    """``(j0, j1, kind)`` for every key block of query rows ``i0 .. i1-1``; kind is 'skip' if
-    the band excludes the whole tile, 'full' if it keeps all of it, else 'partial'."""
-    r = band_range(spec.band, spec.offset, i0, i1, spec.n_k) if spec.band is not None else None
-    for j0 in range(0, spec.n_k, block_k):
-        j1 = min(j0 + block_k, spec.n_k)
-        yield j0, j1, "full" if r is None else r.tile_kind(j0, j1)
-
-
-def _key_blocks(spec: AttentionSpec, i0: int, i1: int, block_k: int):
-    for j0, j1, kind in _tile_kinds(spec, i0, i1, block_k):
-        if kind != "skip":
-            yield j0, j1, kind
-
-
-def _base2(spec: AttentionSpec) -> bool:
-    """Whether the call computes its scores in log2 units (see the module docstring)."""
-    return spec.float_bias() is None
-
-
-def _plain(spec: AttentionSpec) -> bool:
-    """Whether q and k alone make the scores (no float mask, softcap or score_mod)."""
-    return spec.softcap is None and spec.score_mod is None and spec.float_bias() is None
-
-
-class _Tiles:
-    """Per-tile pieces shared by forward and backward (the same scores, masks and dropout).
-
-    Scores are in log2 units when ``base2`` (``q_s = q * scale / temperature * log2 e`` when
-    ``plain``, else the capped / modified natural scores times log2 e), else natural; ``exp`` /
-    ``log`` are the matching functions."""
-
-    def __init__(self, spec: AttentionSpec, n_bh: int, bias: torch.Tensor | None):
-        self.spec = spec
-        self.n_bh = n_bh
-        self.g = spec.kv_groups                 # query heads per K/V head (GQA), 1 otherwise
-        self.bias = bias
-        self.base2 = _base2(spec)
-        self.plain = _plain(spec)
-        self.exp_ = torch.Tensor.exp2_ if self.base2 else torch.Tensor.exp_
-        self.exp = torch.exp2 if self.base2 else torch.exp
-        self.log = torch.log2 if self.base2 else torch.log
-        self.bh = torch.arange(n_bh, device=spec.device).view(n_bh, 1, 1)
-        self.b_idx, self.h_idx = spec.head_index(self.bh)      # (BH, 1, 1) for score_mod
-        self._bufs: dict[tuple, torch.Tensor] = {}
-        self.mod_grad = None                    # a score_mod.TileGrad in the backward pass
-
-    def q_scaled(self, q: torch.Tensor) -> torch.Tensor:
-        return q * (self.spec.score_scale * (LOG2E if self.plain else 1.0))
-
-    # Grouped-query attention without repeating K/V: the G query heads of one K/V head are
-    # consecutive (h = kv * G + g), so (BH, m, X) is (BKV, G * m, X) and one bmm serves them.
-    def _rows(self, a: torch.Tensor) -> torch.Tensor:
-        return a.reshape(a.shape[0] // self.g, self.g * a.shape[1], a.shape[2])
-
-    def qk(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """``a (BH, m, X) @ b (BKV, n, X)^T -> (BH, m, n)``."""
-        if self.g == 1:
-            return torch.bmm(a, b.transpose(1, 2), out=out)
-        res = torch.bmm(self._rows(a), b.transpose(1, 2),
-                        out=None if out is None else self._rows(out))
-        return res.view(a.shape[0], a.shape[1], b.shape[1])
-
-    def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``a (BH, m, n) @ b (BKV, n, X) -> (BH, m, X)``."""
-        if self.g == 1:
-            return torch.bmm(a, b)
-        return torch.bmm(self._rows(a), b).view(a.shape[0], a.shape[1], b.shape[2])
-
-    def tmm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``a^T @ b`` summed over each K/V head's query heads: ``a (BH, m, n)``,
-        ``b (BH, m, X) -> (BKV, n, X)``."""
-        if self.g == 1:
-            return torch.bmm(a.transpose(1, 2), b)
-        return torch.bmm(self._rows(a).transpose(1, 2), self._rows(b))
-
-    def buffer(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-        """A scratch tensor reused across tiles: fresh multi-MiB allocations each tile cost
-        page faults that show up as a large share of the run time on CPU."""
-        key = (name, shape)
-        if key not in self._bufs:
-            self._bufs[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
-        return self._bufs[key]
-
-    def _flat(self, t: torch.Tensor, bq: int, bk: int) -> torch.Tensor:
-        """A tile of shape broadcastable to ``batch_shape + (bq, bk)`` as ``(BH or 1, bq, bk)``."""
-        if t.dim() <= 2 or all(d == 1 for d in t.shape[:-2]):
-            return t.reshape(1, *t.shape[-2:]).expand(1, bq, bk)      # the same for every (b, h)
-        return t.expand(*self.spec.batch_shape, bq, bk).reshape(self.n_bh, bq, bk)
-
-    def keep(self, i0: int, i1: int, j0: int, j1: int, kind: str) -> torch.Tensor | None:
-        """The tile's keep-mask ``(BH or 1, bq, bk)`` (band by arithmetic, the mask function
-        materialized on the tile, a bool mask sliced), or None when it keeps everything."""
-        spec = self.spec
-        bq, bk = i1 - i0, j1 - j0
-        keep = None
-        if kind == "partial":
-            keep = tile_keep(spec.band, spec.offset, (i0, i1), (j0, j1), spec.device)
-        if spec.mask_fn is not None:
-            b, h = spec.heads_view
-            fn_keep = materialize(spec.mask_fn, spec.n_q, spec.n_k, batch=b, heads=h,
-                                  device=spec.device, q_range=(i0, i1), kv_range=(j0, j1))
-            fn_keep = fn_keep.reshape(*spec.batch_shape, bq, bk) if spec.batch_shape else \
-                fn_keep[0, 0]
-            keep = fn_keep if keep is None else keep & fn_keep
-        if spec.mask is not None and spec.mask.dtype == torch.bool:
-            m = tile_of(spec.mask, (i0, i1), (j0, j1))          # broadcast dims stay size 1
-            keep = m if keep is None else keep & m
-        return None if keep is None else self._flat(keep, bq, bk)
-
-    def scores(self, q_s: torch.Tensor, k: torch.Tensor, i0: int, i1: int, j0: int, j1: int,
-               kind: str, shift: torch.Tensor | None = None, cap_grad: bool = False):
-        """Capped, modified, biased, masked scores of a tile ``(BH, bq, bk)`` (in log2 units
-        when ``base2``), minus ``shift (BH, bq, 1)`` if given (after the bias: a huge bias and a
-        huge shift cancel exactly); None if the tile keeps nothing. With ``cap_grad``,
-        ``(scores, (d cap / d s or None, score_mod handle or None))``."""
-        spec = self.spec
-        bq, bk = i1 - i0, j1 - j0
-        keep = self.keep(i0, i1, j0, j1, kind)
-        if keep is not None and not keep.any():
-            return (None, (None, None)) if cap_grad else None
-        s = self.qk(q_s[:, i0:i1], k[:, j0:j1],
-                    out=self.buffer("s", (self.n_bh, bq, bk), q_s))      # (BH, bq, bk)
-        dcap = handle = None
-        if not self.plain:
-            spec.cap(s)                                          # before the mask, as Gemma 2
-            dcap = spec.cap_grad(s) if cap_grad else None
-            if spec.score_mod is not None:
-                idx = (self.b_idx, self.h_idx,
-                       torch.arange(i0, i1, device=s.device).view(1, -1, 1),
-                       torch.arange(j0, j1, device=s.device).view(1, 1, -1))
-                if self.mod_grad is not None:
-                    mod, handle = self.mod_grad.forward(s, *idx)
-                else:
-                    mod = apply_score_mod(spec.score_mod, s, *idx)
-                if self.bias is None:                # to log2 units in the same pass
-                    torch.mul(mod, LOG2E, out=s)
-                else:
-                    s.copy_(mod)
-        if self.bias is not None:
-            s += self._flat(tile_of(self.bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
-        elif not self.plain and spec.score_mod is None:          # capped only: to log2
-            s.mul_(LOG2E)
-        if shift is not None:
-            # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
-            s.sub_(shift)
-        if keep is not None:
-            s.masked_fill_(~keep, float("-inf"))
-        return (s, (dcap, handle)) if cap_grad else s
-
-    def dropout_scale(self, i0: int, i1: int, j0: int, j1: int, dtype: torch.dtype) -> torch.Tensor:
-        """keep / (1 - p) for the tile, ``(BH, bq, bk)``."""
-        spec = self.spec
-        dev = spec.device
-        keep = keep_mask(spec.dropout_seed, spec.dropout_p, self.bh,
-                         torch.arange(i0, i1, device=dev).view(1, -1, 1),
-                         torch.arange(j0, j1, device=dev).view(1, 1, -1), spec.n_q, spec.n_k)
-        return keep.to(dtype) / (1.0 - spec.dropout_p)
-
-
-def _forward(q, k, v, spec: AttentionSpec, bias):
+def tile_forward(q, k, v, spec: AttentionSpec, bias):
     """``(out (BH, N_q, D_v), m, r (BH, N_q))``: lse = m + r in the call's units (log2 units
-    when ``_base2(spec)``).
+    when ``base2(spec)``).
     q (BH, N_q, D_k), k (BKV, N_k, D_k), v (BKV, N_k, D_v), all in the compute dtype."""
     n_bh = q.shape[0]
-    block_q, block_k = _sizes()
-    tiles = _Tiles(spec, n_bh, bias)
+    block_q, block_k = sizes()
+    tiles = Tiles(spec, n_bh, bias)
     q_s = tiles.q_scaled(q)
     out = torch.zeros(n_bh, spec.n_q, spec.d_v, dtype=q.dtype, device=q.device)
     m_all = torch.full((n_bh, spec.n_q), float("-inf"), dtype=q.dtype, device=q.device)
@@ -283,7 +100,7 @@ def _forward(q, k, v, spec: AttentionSpec, bias):
             continue
         shift = bound_rows if bound else None
         o_acc, m_acc, r_acc = out[:, i0:i1], m_all[:, i0:i1], r_all[:, i0:i1]
-        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+        for j0, j1, kind in key_blocks(spec, i0, i1, block_k):
             use_shift = bound and kind == "full"
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind, shift if use_shift else None)
             if s is None:
@@ -311,7 +128,7 @@ def _forward(q, k, v, spec: AttentionSpec, bias):
     return out, m_all, r_all
 
 
-def _block_unshifted(tiles: _Tiles, q_s, k, v, i0: int, i1: int, block_k: int, out, m_all,
+def _block_unshifted(tiles: Tiles, q_s, k, v, i0: int, i1: int, block_k: int, out, m_all,
                      r_all) -> None:
     """Query rows ``i0 .. i1-1`` with shift 0 (every score bounded by 64 in log2 units):
     ``out = (sum_j P_j V_j) / (sum_j P_j 1)``, ``m = 0``, ``r = log2 sum``; written in place."""
@@ -319,7 +136,7 @@ def _block_unshifted(tiles: _Tiles, q_s, k, v, i0: int, i1: int, block_k: int, o
     acc = torch.zeros(out.shape[0], i1 - i0, out.shape[2], dtype=out.dtype,
                       device=out.device)                                # (BH, bq, D_v)
     total = torch.zeros(acc.shape[:2], dtype=acc.dtype, device=acc.device)   # (BH, bq)
-    for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+    for j0, j1, kind in key_blocks(spec, i0, i1, block_k):
         s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
         if s is None:
             continue
@@ -338,11 +155,6 @@ def _block_unshifted(tiles: _Tiles, q_s, k, v, i0: int, i1: int, block_k: int, o
     r_all[:, i0:i1] = torch.where(empty, float("-inf"), tiles.log(total))
 
 
-def _lse(m: torch.Tensor, r: torch.Tensor, base2: bool) -> torch.Tensor:
-    """The natural log-sum-exp from its two parts; -inf on empty rows."""
-    return torch.where(torch.isneginf(r), r, (m + r) * LN2 if base2 else m + r)
-
-
 def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=None,
                   need_bias_grad: bool = False, into=None):
     """The tile backward of one call: ``(dq, dk, dv, d_bias, captured_grads)``.
@@ -354,14 +166,14 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
 
     Shapes as in the forward (``(BH, N, D)``, k and v ``(BKV, N_k, D)``, compute dtype);
     ``(m, r)`` the row's lse in two parts, as :func:`_forward` returns them (log2 units when
-    ``_base2(spec)``). ``out`` and
+    ``base2(spec)``). ``out`` and
     ``(m, r)`` may be those of a **larger** softmax of which these keys are a part (ring
     attention, :func:`block_backward`): ``P = exp(S - lse)`` for these keys are exactly the
     whole softmax's entries in these columns, and ``D = dO . O - dlse`` is a per-row constant,
     so the gradients of blocks computed apart sum to the gradients of the whole.
     """
-    block_q, block_k = _sizes()
-    tiles = _Tiles(spec, q.shape[0], bias)
+    block_q, block_k = sizes()
+    tiles = Tiles(spec, q.shape[0], bias)
     captured_grads: list = [None] * len(spec.captured)
     if spec.score_mod is not None:
         tiles.mod_grad = TileGrad(spec.score_mod, list(spec.captured), captured_grads)
@@ -392,7 +204,7 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
     for i0 in range(0, spec.n_q, block_q):
         i1 = min(i0 + block_q, spec.n_q)
         do_blk = d_out[:, i0:i1]                                          # (BH, bq, D_v)
-        for j0, j1, kind in _key_blocks(spec, i0, i1, block_k):
+        for j0, j1, kind in key_blocks(spec, i0, i1, block_k):
             s, (dcap, mod) = tiles.scores(q_s, k, i0, i1, j0, j1, kind,
                                           shift=shift[:, i0:i1, None], cap_grad=True)
             if s is None:
@@ -427,10 +239,10 @@ class _TiledAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, bias, spec: AttentionSpec, *captured):
         # q (BH, N_q, D_k), k (BKV, N_k, D_k), v (BKV, N_k, D_v), compute dtype; BKV = BH /
         # kv_groups (grouped-query attention). bias: the float mask when it requires grad.
-        out, m, r = _forward(q, k, v, spec, spec.float_bias())
+        out, m, r = tile_forward(q, k, v, spec, spec.float_bias())
         ctx.spec = spec
         ctx.save_for_backward(q, k, v, out, m, r)
-        return out, _lse(m, r, _base2(spec))
+        return out, split_lse(m, r, base2(spec))
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
@@ -477,10 +289,10 @@ def _tile_fractions(spec: AttentionSpec) -> tuple[float, float]:
     if spec.band is None:
         return (0.0, 1.0) if masked_everywhere else (1.0, 0.0)
     total = full = partial = 0
-    block_q, block_k = _sizes()
+    block_q, block_k = sizes()
     for i0 in range(0, spec.n_q, block_q):
         i1 = min(i0 + block_q, spec.n_q)
-        for j0, j1, kind in _tile_kinds(spec, i0, i1, block_k):
+        for j0, j1, kind in tile_kinds(spec, i0, i1, block_k):
             area = (i1 - i0) * (j1 - j0)
             total += area
             if kind == "full" and not masked_everywhere:
@@ -533,7 +345,7 @@ def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
     lf = lse.expand(*spec.batch_shape, spec.n_q).reshape(n_bh, spec.n_q).to(compute)
     dlf = None if d_lse is None else \
         d_lse.expand(*spec.batch_shape, spec.n_q).reshape(n_bh, spec.n_q).to(compute)
-    m = lf * LOG2E if _base2(spec) else lf                          # one part: r = 0
+    m = lf * LOG2E if base2(spec) else lf                          # one part: r = 0
     r = torch.where(torch.isneginf(lf), lf, torch.zeros_like(lf))
     flat_into = None
     if into is not None:
