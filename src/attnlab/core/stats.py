@@ -16,7 +16,7 @@ bias, softcap and score_mod, :class:`attnlab.core.tiles.Tiles`) twice:
 Where the scores are ``q.k`` times a constant and every kept key lies at or before the query
 (causal, a left window, padding; no float bias, softcap, score_mod or sinks), pass 1 is the
 tiled forward itself: attention averages whatever rows V holds, so the forward of
-``V' = [V | K | j | 1{j < sink_keys}]`` gives the output, ``E_p[k]`` (so ``E_p[s]`` and the
+``V' = [V | K | j | 1{sink}]`` gives the output, ``E_p[k]`` (so ``E_p[s]`` and the
 entropy ``H = lse - E_p[s]``), the mean key position (the distance) and the sink mass in one
 sweep, and a model run by the census (:mod:`attnlab.inspect.census`) takes its attention output
 from that same pass. The second pass then finds the largest weights (a max of the scores), the
@@ -27,13 +27,16 @@ Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-righ
 
 * ``lse``; ``entropy`` ``H_i = -sum_j p_ij log p_ij`` (the sink's own share included);
 * ``max_weight`` and ``argmax`` (the first key with the largest weight);
-* ``sink_mass``: the mass on the first ``sink_keys`` keys;
-* ``prev_mass``: the mass on key ``p_i - 1``;
+* ``sink_mass``: the mass on the ``sink_keys`` keys from ``sink_start`` (the first real token:
+  after left padding, ``sink_start`` is the number of padding keys);
+* ``prev_mass``, ``self_mass``, ``next_mass``: the mass on key ``p_i - 1``, ``p_i``, ``p_i + 1``;
 * ``local_mass``: the mass on keys with ``|j - p_i| <= band``;
 * ``distance``: the mean attention distance ``sum_j p_ij |p_i - j|``;
 * ``match_mass`` (with token ``ids``): the mass on keys whose previous token is the query's
-  token, ``sum_{j >= 1, ids[j-1] = ids[i]} p_ij`` (Olsson et al. 2022's prefix matching: an
-  induction head attends to the token after the previous occurrence of the current one);
+  token, ``sum_{1 <= j < p_i, ids[j-1] = ids[i]} p_ij`` (Olsson et al. 2022's prefix matching:
+  an induction head attends to the token after an *earlier* occurrence of the current one; keys
+  at or after the query are not counted, so an encoder's next-token head, whose key ``i + 1``
+  follows the query's own token, is not taken for one);
 
 and per key j, ``received``: ``sum_i p_ij``, the attention it receives.
 
@@ -46,7 +49,9 @@ heads added (``row_index`` says which rows came back, in order; late rows see ma
 large top weight there is a choice, not a lack of keys).
 
 A row that keeps no key (fully masked) has lse ``-inf`` and every statistic 0 (argmax -1),
-never NaN. Weights are those of the softmax before dropout. :func:`reference_stats` computes
+never NaN. ``queries=`` names the rows that count (a padded sequence's real tokens): the others
+are reported as rows with no key and add nothing to ``received``, the pooled maps or the rows.
+Weights are those of the softmax before dropout. :func:`reference_stats` computes
 the same from dense weights: the specification the tests hold the tiled pass to.
 """
 
@@ -63,10 +68,10 @@ from attnlab.core.spec import build_spec
 from attnlab.core.tiles import Tiles, base2, key_blocks, sizes, split_lse, tile_sizes
 
 LN2 = math.log(2.0)
-FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "local_mass",
-          "distance", "received")
-ROW_FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "local_mass",
-              "distance", "match_mass")
+FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "self_mass",
+          "next_mass", "local_mass", "distance", "received")
+ROW_FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "self_mass",
+              "next_mass", "local_mass", "distance", "match_mass")
 
 
 @dataclass
@@ -80,6 +85,8 @@ class AttentionStats:
     argmax: torch.Tensor
     sink_mass: torch.Tensor
     prev_mass: torch.Tensor
+    self_mass: torch.Tensor
+    next_mass: torch.Tensor
     local_mass: torch.Tensor
     distance: torch.Tensor
     received: torch.Tensor | None
@@ -91,10 +98,13 @@ class AttentionStats:
     out: torch.Tensor | None = None
 
 
-def _check_options(sink_keys, band) -> None:
+def _check_options(sink_keys, band, sink_start=0) -> None:
     if not isinstance(sink_keys, int) or isinstance(sink_keys, bool) or sink_keys < 0:
         raise ValueError(f"sink_keys must be an int >= 0 (how many first keys count as the "
                          f"sink), got {sink_keys!r}")
+    if not isinstance(sink_start, int) or isinstance(sink_start, bool) or sink_start < 0:
+        raise ValueError(f"sink_start must be an int >= 0 (the index of the first real key, "
+                         f"the number of left-padding keys), got {sink_start!r}")
     if not isinstance(band, int) or isinstance(band, bool) or band < 0:
         raise ValueError(f"band must be an int >= 0 (keys within this distance of the "
                          f"query's position count as local), got {band!r}")
@@ -105,8 +115,9 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                     window=None, scale: float | None = None, temperature: float = 1.0,
                     softcap: float | None = None, score_mod=None,
                     sinks: torch.Tensor | None = None, enable_gqa: bool = False,
-                    sink_keys: int = 1, band: int = 16, columns: bool = True,
-                    ids: torch.Tensor | None = None, pooled: int | None = None,
+                    sink_keys: int = 1, sink_start: int = 0, band: int = 16,
+                    columns: bool = True, ids: torch.Tensor | None = None,
+                    queries: torch.Tensor | None = None, pooled: int | None = None,
                     rows=None, sharpest: int = 0, slow: bool = False,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
@@ -120,10 +131,14 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
             ``attnlab.attention(q, k, v, ...)`` on ``tiled`` computes it; else ``out`` is None.
         mask, causal, window, scale, temperature, softcap, score_mod, sinks, enable_gqa: as
             :func:`attnlab.attention` (values are not needed).
-        sink_keys: the first keys whose mass is ``sink_mass`` (default 1: the first token).
+        sink_keys: how many keys from ``sink_start`` make the sink (default 1: one token).
+        sink_start: the first of them (default 0; after left padding, the first real key).
         band: keys within this distance of the query's aligned position are local.
         columns: also the attention each key receives (a second pass over the tiles).
         ids: the token ids ``(N,)`` of a self-attention (N_q = N_k), for ``match_mass``.
+        queries: bool ``(N_q,)`` or broadcastable to ``(..., N_q)``: the rows that count (a
+            padded sequence's real tokens). The others get lse -inf and zero statistics and
+            add nothing to ``received``, pooled maps or rows (default: every row).
         pooled: the side G of the pooled maps ``pooled_mean`` / ``pooled_max``
             ``(..., G_q, G_k)`` with ``G_q = ceil(N_q / ceil(N_q / G))`` (at most G; N_q
             itself when N_q <= G). Implies the second pass.
@@ -136,7 +151,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
     Returns:
         :class:`AttentionStats`, float32 for half-precision inputs, else q's dtype.
     """
-    _check_options(sink_keys, band)
+    _check_options(sink_keys, band, sink_start)
     if pooled is not None and (not isinstance(pooled, int) or isinstance(pooled, bool)
                                or pooled < 1):
         raise ValueError(f"pooled must be an int >= 1 (the side of the pooled maps), got "
@@ -161,6 +176,19 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                 raise ValueError(f"ids must be one token id per position of a self-attention, "
                                  f"({spec.n_k},) for N_q = N_k = {spec.n_k}; got "
                                  f"{tuple(ids.shape)} for N_q = {spec.n_q}")
+        keep_rows = None
+        if queries is not None:
+            queries = torch.as_tensor(queries, device=q.device)
+            if queries.dtype != torch.bool or queries.shape[-1] != spec.n_q:
+                raise ValueError(f"queries must be a bool tensor (True: the row counts) of shape "
+                                 f"(N_q,) = ({spec.n_q},) or broadcastable to "
+                                 f"{(*spec.batch_shape, spec.n_q)}; got {queries.dtype} of shape "
+                                 f"{tuple(queries.shape)}")
+            try:
+                keep_rows = queries.expand(*spec.batch_shape, spec.n_q).reshape(n_bh, spec.n_q)
+            except RuntimeError:
+                raise ValueError(f"queries of shape {tuple(queries.shape)} does not broadcast "
+                                 f"to {(*spec.batch_shape, spec.n_q)}") from None
         if sharpest and rows is None:
             rows = []
         if rows is not None:
@@ -175,18 +203,32 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                 if v is not None:
                     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(
                         n_kv, spec.n_k, v.shape[-1]).to(compute)
-                out = _tile_stats_fast(qf, kf, vf, spec, sink_keys, band, columns, ids,
-                                       pooled, rows, sharpest)
+                out = _tile_stats_fast(qf, kf, vf, spec, (sink_start, sink_keys), band,
+                                       columns, ids, pooled, rows, sharpest, keep_rows)
                 if out["out"] is not None:
                     out["out"] = out["out"].to(q.dtype)
             else:
-                out = _tile_stats(qf, kf, spec, sink, sink_keys, band, columns, ids, pooled,
-                                  rows, sharpest)
+                out = _tile_stats(qf, kf, spec, sink, (sink_start, sink_keys), band, columns,
+                                  ids, pooled, rows, sharpest, keep_rows)
+        if keep_rows is not None:
+            _drop_rows(out, keep_rows)
     shape = spec.batch_shape
     index = out.pop("row_index")
+    out.pop("keep", None)
     return AttentionStats(**{name: (None if t is None else
                                     t.reshape(*shape, *t.shape[1:]))
                              for name, t in out.items()}, row_index=index)
+
+
+def _drop_rows(out: dict, keep: torch.Tensor) -> None:
+    """Rows that do not count (``queries=``) read as rows with no key: lse -inf, statistics 0,
+    argmax -1 (their columns, pooled cells and exact rows were left out in the pass)."""
+    for name in ROW_FIELDS:
+        t = out.get(name)
+        if t is None:
+            continue
+        fill = float("-inf") if name == "lse" else (-1 if name == "argmax" else 0)
+        out[name] = torch.where(keep, t, torch.full_like(t, fill))
 
 
 def _causal_like(spec) -> bool:
@@ -204,7 +246,7 @@ def _fast(spec, sink) -> bool:
             and spec.score_mod is None and _causal_like(spec) and spec.dropout_p == 0)
 
 
-def _forward_stats(q, k, v, spec, sink_keys: int):
+def _forward_stats(q, k, v, spec, sink: tuple[int, int]):
     """The first pass as the tiled forward with extra value columns: attention averages
     whatever rows V holds, so with ``V' = [V | K | j | 1{j < sink_keys}]`` one forward gives,
     besides the output, ``E_p[k]`` (whence ``E_p[s] = scale q . E_p[k]`` and the entropy
@@ -216,7 +258,9 @@ def _forward_stats(q, k, v, spec, sink_keys: int):
 
     n_kv, n_k, d = k.shape
     j = torch.arange(n_k, dtype=k.dtype, device=k.device)
-    feats = torch.stack([j, (j < sink_keys).to(k.dtype)], -1).expand(n_kv, n_k, 2)
+    start, count = sink
+    feats = torch.stack([j, ((j >= start) & (j < start + count)).to(k.dtype)], -1).expand(
+        n_kv, n_k, 2)
     parts = ([v] if v is not None else []) + [k, feats]
     v_ext = torch.cat(parts, -1)
     out, m, r = tile_forward(q, k, v_ext, dataclasses.replace(spec, d_v=v_ext.shape[-1]), None)
@@ -240,7 +284,7 @@ def _forward_stats(q, k, v, spec, sink_keys: int):
 
 
 def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, columns,
-                      pooled, rows) -> dict:
+                      pooled, rows, keep=None) -> dict:
     """The rest once every row's ``lse = m + r`` is known (the tiles' units), in one pass over
     the tiles: the largest weight and its key (a max of the scores), the previous-token and
     local mass on the tiles the band reaches, prefix matching (with ids), and what
@@ -251,9 +295,10 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
     best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
     prev = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
+    own = torch.zeros_like(prev)
     local = torch.zeros_like(prev)
     match = torch.zeros_like(prev) if ids is not None else None
-    extra = _Extra(n_bh, n_q, n_k, dev, dt, columns, pooled, rows)
+    extra = _Extra(n_bh, n_q, n_k, dev, dt, columns, pooled, rows, keep)
     off = spec.offset
     for i0 in range(0, n_q, block_q):
         i1 = min(i0 + block_q, n_q)
@@ -273,14 +318,24 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
             if near:
                 keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]
                 prev[:, i0:i1] += (p * (keys == pos - 1)).sum(-1)
+                own[:, i0:i1] += (p * (keys == pos)).sum(-1)
                 local[:, i0:i1] += (p * ((pos - keys).abs() <= band)).sum(-1)
             if ids is not None:
-                same = before[j0:j1][None, :] == ids[i0:i1][:, None]            # (bq, bk)
+                same = _prefix_match(before, ids, pos, i0, i1, j0, j1)           # (bq, bk)
                 if bool(same.any()):
                     match[:, i0:i1] += (p * same).sum(-1)
             extra.add(p, i0, i1, j0, j1)
-    return {"best": best, "argmax": argmax, "prev_mass": prev, "local_mass": local,
-            "match_mass": match, **extra.result()}
+    # the fast path is causal-like: no key after the query is ever kept, so next_mass is 0
+    return {"best": best, "argmax": argmax, "prev_mass": prev, "self_mass": own,
+            "next_mass": torch.zeros_like(prev), "local_mass": local, "match_mass": match,
+            **extra.result()}
+
+
+def _prefix_match(before, ids, pos, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
+    """``(bq, bk)``: key j follows an earlier occurrence of query i's token and lies before
+    the query's position (``ids[j - 1] = ids[i]``, ``j < p_i``)."""
+    keys = torch.arange(j0, j1, device=pos.device, dtype=pos.dtype)[None, :]
+    return (before[j0:j1][None, :] == ids[i0:i1][:, None]) & (keys < pos)
 
 
 def _running_max(s, best, argmax, i0: int, i1: int, j0: int) -> torch.Tensor:
@@ -296,8 +351,10 @@ def _running_max(s, best, argmax, i0: int, i1: int, j0: int) -> torch.Tensor:
 class _Extra:
     """Column sums, pooled maps and exact rows, added tile by tile from the weights ``p``."""
 
-    def __init__(self, n_bh, n_q, n_k, dev, dt, columns, pooled, rows):
+    def __init__(self, n_bh, n_q, n_k, dev, dt, columns, pooled, rows, keep=None):
         self.n_q, self.n_k, self.pooled, self.rows = n_q, n_k, pooled, rows
+        # rows that count (queries=): the others' weights are zeroed before they are added
+        self.keep = None if keep is None else keep.to(dt)[..., None]      # (BH, N_q, 1)
         self.wanted = columns or pooled is not None or rows is not None
         self.received = torch.zeros((n_bh, n_k), dtype=dt, device=dev) if columns else None
         if pooled is not None:
@@ -315,6 +372,10 @@ class _Extra:
             self.here = ((self.rows >= i0) & (self.rows < i1)).nonzero().flatten()
 
     def add(self, p, i0, i1, j0, j1) -> None:
+        if not self.wanted:
+            return
+        if self.keep is not None:
+            p = p * self.keep[:, i0:i1]
         if self.received is not None:
             self.received[:, j0:j1] += p.sum(1)
         if self.pooled is not None:
@@ -336,13 +397,13 @@ class _Extra:
         return out
 
 
-def _tile_stats_fast(q, k, v, spec, sink_keys: int, band: int, columns: bool, ids,
-                     pooled=None, rows=None, sharpest: int = 0) -> dict:
+def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: bool, ids,
+                     pooled=None, rows=None, sharpest: int = 0, keep=None) -> dict:
     """:func:`_tile_stats` where :func:`_fast` holds: the forward with extra value columns,
     then one pass over the tiles for the maxima, the band's masses, prefix matching and (where
     asked) the column sums, pooled maps and rows; the sharpest rows cost a pass of maxima
     before it."""
-    out, lse, entropy, distance, sink_mass, m_u, r_u = _forward_stats(q, k, v, spec, sink_keys)
+    out, lse, entropy, distance, sink_mass, m_u, r_u = _forward_stats(q, k, v, spec, sink)
     tiles = Tiles(spec, q.shape[0], None)
     q_s = tiles.q_scaled(q)
     empty = torch.isneginf(lse)
@@ -354,14 +415,17 @@ def _tile_stats_fast(q, k, v, spec, sink_keys: int, band: int, columns: bool, id
                                   None)
         top = torch.where(empty, torch.zeros_like(lse),
                           tiles.exp(first["best"] - m_u - r_u))
+        if keep is not None:
+            top = torch.where(keep, top, torch.zeros_like(top))
         rows = _with_sharpest(rows, top, sharpest, spec.n_q, q.device)
     rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
-                             pooled, rows)
+                             pooled, rows, keep)
     zero = torch.zeros_like(lse)
     max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
     argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
     stats = {"lse": lse, "entropy": entropy, "max_weight": max_weight, "argmax": argmax,
              "sink_mass": sink_mass, "prev_mass": rest["prev_mass"],
+             "self_mass": rest["self_mass"], "next_mass": rest["next_mass"],
              "local_mass": rest["local_mass"], "distance": distance}
     if ids is not None:
         stats["match_mass"] = rest["match_mass"]
@@ -380,8 +444,8 @@ def _with_sharpest(rows, max_weight, sharpest: int, n_q: int, dev):
     return torch.cat([rows.to(dev), pick.sort().values])
 
 
-def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
-                pooled=None, rows=None, sharpest: int = 0) -> dict:
+def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, columns: bool, ids,
+                pooled=None, rows=None, sharpest: int = 0, keep=None) -> dict:
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
     dev, dt = q.device, q.dtype
     tiles = Tiles(spec, n_bh, spec.float_bias())
@@ -394,7 +458,8 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
     # output. Entropy uses A_z = sum_j e^(s_ij - m)(s_ij - m), which moves with m as
     # A_z <- e^(m_old - m_new) (A_z + (m_old - m_new) l). m and l stay apart (not lse = m +
     # log l): under the dtype's minimum on every key (a padded row) m + log l rounds to m.
-    names = ["z", "sink_mass", "prev_mass", "local_mass", "distance"]
+    sink_lo, sink_hi = sink_range[0], sink_range[0] + sink_range[1]
+    names = ["z", "sink_mass", "prev_mass", "self_mass", "next_mass", "local_mass", "distance"]
     if ids is not None:
         names.append("match_mass")
         before = torch.cat([ids.new_full((1,), -1), ids[:-1]])        # the token before key j
@@ -423,19 +488,24 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
             z = s - safe[..., None]                                           # (BH, bq, bk)
             e = tiles.exp(z)
             ez = torch.where(e > 0, e * z, 0.0).sum(-1)
-            a["z"] = phi * (a["z"] + step * l) + ez
+            # phi * (A_z + step * l), with phi * step (bounded by 1/e) formed first: a row whose
+            # earlier tiles hold only finfo.min-masked keys has a huge |step| and a large l,
+            # whose product overflows, and 0 * inf would be NaN
+            a["z"] = phi * a["z"] + torch.where(phi > 0, phi * step, 0.0) * l + ez
             l = l * phi + e.sum(-1)
             m = m_new
             keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]        # (1, bk)
             dist = (pos - keys).abs()                                         # (bq, bk)
-            sink_e = e[..., : max(0, min(sink_keys, j1) - j0)].sum(-1) if j0 < sink_keys \
-                else 0.0
+            lo, hi = max(sink_lo, j0) - j0, min(sink_hi, j1) - j0
+            sink_e = e[..., lo:hi].sum(-1) if hi > lo else 0.0
             a["sink_mass"] = a["sink_mass"] * phi + sink_e
             a["prev_mass"] = a["prev_mass"] * phi + (e * (keys == pos - 1)).sum(-1)
+            a["self_mass"] = a["self_mass"] * phi + (e * (keys == pos)).sum(-1)
+            a["next_mass"] = a["next_mass"] * phi + (e * (keys == pos + 1)).sum(-1)
             a["local_mass"] = a["local_mass"] * phi + (e * (dist <= band)).sum(-1)
             a["distance"] = a["distance"] * phi + (e * dist).sum(-1)
             if ids is not None:
-                same = before[j0:j1][None, :] == ids[i0:i1][:, None]          # (bq, bk)
+                same = _prefix_match(before, ids, pos, i0, i1, j0, j1)        # (bq, bk)
                 a["match_mass"] = a["match_mass"] * phi + (e * same).sum(-1)
         m_all[:, i0:i1], l_all[:, i0:i1] = m, l
         for name in names:
@@ -449,7 +519,8 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
         step = m_all - top
         phi = torch.where(keyless, torch.zeros_like(step), tiles.exp(step))
         es = tiles.exp(su - top)
-        acc["z"] = phi * (acc["z"] + step * l_all) + es * (su - top)
+        acc["z"] = phi * acc["z"] + torch.where(phi > 0, phi * step, 0.0) * l_all \
+            + es * (su - top)
         for name in names[1:]:
             acc[name] = acc[name] * phi
         l_all = l_all * phi + es
@@ -464,17 +535,19 @@ def _tile_stats(q, k, spec, sink, sink_keys: int, band: int, columns: bool, ids,
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
-    rows = _with_sharpest(rows, stats["max_weight"], sharpest, n_q, dev)
+    top_w = stats["max_weight"] if keep is None else torch.where(
+        keep, stats["max_weight"], torch.zeros_like(stats["max_weight"]))
+    rows = _with_sharpest(rows, top_w, sharpest, n_q, dev)
     # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
-    extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows)
+    extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep)
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
             **extra, "row_index": rows}
 
 
-def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows) -> dict:
+def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep=None) -> dict:
     """The online path's second pass: ``p = e^(s - m) / l`` tile by tile into :class:`_Extra`."""
     extra = _Extra(q_s.shape[0], spec.n_q, spec.n_k, q_s.device, m_all.dtype, columns, pooled,
-                   rows)
+                   rows, keep)
     if not extra.wanted:
         return extra.result()
     block_q, block_k = sizes()
@@ -523,12 +596,21 @@ def _cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:
 
 def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
                     sink_weight: torch.Tensor | None = None, sink_keys: int = 1,
-                    band: int = 16, ids: torch.Tensor | None = None) -> AttentionStats:
+                    sink_start: int = 0, band: int = 16, ids: torch.Tensor | None = None,
+                    queries: torch.Tensor | None = None) -> AttentionStats:
     """The same statistics from dense weights ``(..., N_q, N_k)`` (the specification):
     ``lse`` is passed through; ``sink_weight`` ``(..., N_q)``, the sinks' share of each row,
-    enters the entropy."""
-    _check_options(sink_keys, band)
+    enters the entropy; ``queries`` as :func:`attention_stats`'s (rows that do not count are
+    zeroed first, and their lse is -inf)."""
+    _check_options(sink_keys, band, sink_start)
     w = weights
+    if queries is not None:
+        keep = torch.as_tensor(queries, device=w.device)[..., None]
+        w = torch.where(keep, w, torch.zeros_like(w))
+        if lse is not None:
+            lse = torch.where(keep[..., 0], lse, torch.full_like(lse, float("-inf")))
+        if sink_weight is not None:
+            sink_weight = torch.where(keep[..., 0], sink_weight, torch.zeros_like(sink_weight))
     n_q, n_k = w.shape[-2:]
     pos = torch.arange(n_q, dtype=w.dtype, device=w.device)[:, None] + (n_k - n_q)
     keys = torch.arange(n_k, dtype=w.dtype, device=w.device)[None, :]
@@ -547,7 +629,10 @@ def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
         lse=lse if lse is not None else torch.full_like(entropy, float("nan")),
         entropy=entropy, max_weight=torch.where(empty, torch.zeros_like(top), top),
         argmax=torch.where(w.sum(-1) == 0, torch.full_like(arg, -1), arg),
-        sink_mass=w[..., :sink_keys].sum(-1), prev_mass=(w * (keys == pos - 1)).sum(-1),
+        sink_mass=w[..., sink_start:sink_start + sink_keys].sum(-1),
+        prev_mass=(w * (keys == pos - 1)).sum(-1), self_mass=(w * (keys == pos)).sum(-1),
+        next_mass=(w * (keys == pos + 1)).sum(-1),
         local_mass=(w * (dist <= band)).sum(-1), distance=(w * dist).sum(-1),
         received=w.sum(-2), match_mass=None if ids is None else (w * (
-            torch.cat([ids.new_full((1,), -1), ids[:-1]])[None, :] == ids[:, None])).sum(-1))
+            (torch.cat([ids.new_full((1,), -1), ids[:-1]])[None, :] == ids[:, None])
+            & (keys < pos))).sum(-1))

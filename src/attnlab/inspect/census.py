@@ -102,8 +102,9 @@ class _Collector:
     """What the attention calls hand over: one statistics record per self-attention call."""
 
     def __init__(self, ids, sink_keys: int, band: int, names: dict, pooled=None, rows=None,
-                 sharpest: int = 0):
+                 sharpest: int = 0, real=None, sink_start: int = 0):
         self.ids, self.sink_keys, self.band, self.names = ids, sink_keys, band, names
+        self.real, self.sink_start = real, sink_start      # the real tokens; the first of them
         self.pooled, self.rows, self.sharpest = pooled, rows, sharpest
         self.layers: list[tuple[object, dict, bool]] = []
         self.skipped: list[str] = []
@@ -122,6 +123,7 @@ class _Collector:
         fuse = value is not None and query.shape[0] == 1
         stats = attention_stats(query[:1].detach(), key[:1].detach(),
                                 value.detach() if fuse else None, sink_keys=self.sink_keys,
+                                sink_start=self.sink_start, queries=self.real,
                                 band=self.band, ids=self.ids, pooled=self.pooled,
                                 rows=self.rows, sharpest=self.sharpest,
                                 **{k: _first(v) for k, v in options.items()})
@@ -177,7 +179,8 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
                                            inputs, is_hf)
     names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
     ids = input_ids[0] if input_ids is not None else None
-    collector = _Collector(ids, sink_keys, band, names, pooled, rows, sharpest)
+    real, sink_start = _real_tokens(attention_mask)
+    collector = _Collector(ids, sink_keys, band, names, pooled, rows, sharpest, real, sink_start)
     was_training = model.training
     model.eval()
     token = _recording.push_census(collector)
@@ -199,7 +202,10 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
         ids = torch.arange(collector.layers[0][1].lse.shape[-1])
     tokens = _tokens(tokenizer, ids)
     out = _assemble(collector, ids if input_ids is not None else None, tokens,
-                    name or type(model).__name__, sink_keys, band)
+                    name or type(model).__name__, sink_keys, band, real)
+    if real is not None and not bool(real.all()):
+        out.notes.append(f"{int((~real).sum())} padding tokens: their rows count for nothing, "
+                         f"and the sink is the first real token (position {sink_start})")
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if is_hf and limit is not None and out.length > limit:
         out.notes.append(f"{out.length} tokens, past the model's {limit} positions: rotary "
@@ -239,6 +245,18 @@ def _input_ids(model, tokenizer, text, input_ids, attention_mask, inputs, is_hf)
         raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
                          f"got {tuple(torch.as_tensor(attention_mask).shape)}")
     return input_ids, attention_mask
+
+
+def _real_tokens(attention_mask) -> tuple[torch.Tensor | None, int]:
+    """The real tokens ``(N,)`` bool of a padded sequence (None without a mask) and the
+    position of the first of them (the sink's, after left padding)."""
+    if attention_mask is None:
+        return None, 0
+    real = torch.as_tensor(attention_mask)[0].bool()
+    if not bool(real.any()):
+        raise ValueError("attention_mask marks every token as padding; census needs at least "
+                         "one real token")
+    return real, int(real.nonzero()[0])
 
 
 def rotary(config) -> bool:
@@ -325,7 +343,7 @@ def _tokens(tokenizer, ids) -> list[str]:
                                       for i, t in zip(ids.tolist(), raw)])
 
 
-def _assemble(collector, ids, tokens, name, sink_keys, band) -> Census:
+def _assemble(collector, ids, tokens, name, sink_keys, band, real=None) -> Census:
     heads = {n: s.lse.shape[-2] for n, s, _ in collector.layers}
     if len(set(heads.values())) > 1:
         raise ValueError("census takes layers with one number of heads; this model's differ: "
@@ -363,7 +381,7 @@ def _assemble(collector, ids, tokens, name, sink_keys, band) -> Census:
     summary["entropy_ratio"] = torch.where(seen, norm, torch.zeros_like(norm)).sum(-1) \
         / seen.sum(-1).clamp_min(1)
     if "match_mass" in stats and ids is not None:   # induction over queries that can match
-        earlier = _has_earlier_match(ids)
+        earlier = _has_earlier_match(ids, real)
         keep = seen & earlier[None, None, :]
         summary["induction"] = torch.where(keep, stats["match_mass"].float(), 0.0).sum(-1) \
             / keep.sum(-1).clamp_min(1)
@@ -373,16 +391,17 @@ def _assemble(collector, ids, tokens, name, sink_keys, band) -> Census:
                   layer_names=[n for n, _, _ in collector.layers], maps=maps, rows=rows)
 
 
-def _has_earlier_match(ids: torch.Tensor) -> torch.Tensor:
-    """Whether query i has a key j <= i whose previous token is ids[i] (prefix matching)."""
+def _has_earlier_match(ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """Whether query i has a key j < i whose previous token is ids[i] (prefix matching: the
+    token ids[i] occurred at some j - 1 <= i - 2), counting real tokens only."""
+    keep = [True] * ids.numel() if real is None else real.tolist()
     seen, out = set(), []
-    prev = None
-    for tok in ids.tolist():
-        if prev is not None:
-            seen.add(prev)
-        out.append(tok in seen)
-        prev = tok
-    return torch.tensor(out)
+    toks = ids.tolist()
+    for i, tok in enumerate(toks):
+        if i >= 2 and keep[i - 2]:
+            seen.add(toks[i - 2])
+        out.append(keep[i] and tok in seen)
+    return torch.tensor(out, dtype=torch.bool)
 
 
 def _label(summary, layer: int, head: int) -> str:
