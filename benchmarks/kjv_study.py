@@ -10,7 +10,7 @@ ablation.
    on two held-out texts of 2,048 bytes: plain text (the next-byte loss) and a repeated one
    (1,024 bytes twice: the loss on the second copy, which an induction circuit predicts). A
    label is borne out when its heads' mean loss increase is larger than the mean over the heads
-   without a label of their own (``mixed`` and ``broad``): for induction heads on the repeated
+   without a label of their own (``heterogeneous`` and ``broad``): for induction heads on the repeated
    text, for previous-token heads on the repeated text (they feed the induction heads), for
    local heads on the plain text; sink heads are expected to cost little (their weight parks on
    the first byte).
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     labels = out["census"][0]["labels"]              # the census at the first length
     flat = [(layer, head, labels[layer][head]) for layer in range(layers)
             for head in range(heads)]
-    others = [(la, h) for la, h, lab in flat if lab in ("mixed", "broad")]
+    others = [(la, h) for la, h, lab in flat if lab in ("heterogeneous", "broad")]
 
     def mean(t, pairs):
         return float(torch.stack([t[la, h] for la, h in pairs]).mean()) if pairs else None

@@ -256,3 +256,42 @@ def test_every_public_definition_says_what_it_does():
     for name, backend in list_backends().items():
         doc = _inspect.getdoc(backend.fn) or ""
         assert "reference" in doc or name == "reference", (name, doc[:80])
+
+
+# A head's entropy and its sink mass are defined once, in core/stats.py (attention_stats and
+# reference_stats); every other module reduces those rows. These patterns find a second
+# definition (p log p, a log-weight product, the weight column of key 0 summed).
+STAT_LOOPS = (r"xlogy\(", r"\*\s*torch\.log2?\(", r"\[\.\.\., *0\]\.(sum|mean)\(",
+              r"\.log\(\)\)?\.sum\(")
+STAT_LOOPS_ALLOWED = {
+    "core/stats.py": "the definitions",
+    "inspect/metrics.py": "the Jensen-Shannon divergence between two heads' rows (entropies of "
+                          "their mixture), not a head's own entropy",
+}
+
+
+def _stat_loops(text: str) -> list[str]:
+    import re
+
+    return [line.strip() for line in text.splitlines()
+            if any(re.search(p, line) for p in STAT_LOOPS)]
+
+
+def test_entropy_and_sink_mass_are_computed_only_in_core_stats():
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in STAT_LOOPS_ALLOWED:
+            continue
+        hits = _stat_loops(path.read_text(encoding="utf-8"))
+        if hits:
+            found[rel] = hits
+    assert not found, ("entropy or sink mass computed outside core/stats.py (take them from "
+                       f"attention_stats / reference_stats): {found}")
+
+
+def test_a_planted_entropy_loop_is_caught():
+    planted = ("ent = -(a * torch.log(a)).sum(-1)\n"
+               "h = torch.special.xlogy(p, p).sum(-1)\n"
+               "sink = maps[..., 0].mean(-1)\n")
+    assert len(_stat_loops(planted)) == 3

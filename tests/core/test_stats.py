@@ -64,6 +64,9 @@ def test_every_statistic_equals_the_dense_weights(shape, case):
             picked = gold.weights.gather(-1, a.clamp_min(0)[..., None])[..., 0]
             assert torch.allclose(picked, top, atol=1e-6) and torch.equal(a < 0, b < 0), name
             continue
+        if name == "tied":                  # random scores: no two keys share a row's largest
+            assert torch.equal(a, b) and not bool(a.any()), name
+            continue
         both_inf = torch.isinf(a.double()) & torch.isinf(b)
         err = torch.where(both_inf, 0.0, (a.double() - b).abs())
         scale = 1.0 if name != "distance" and name != "received" else max(float(b.abs().max()), 1)
@@ -202,6 +205,9 @@ def test_the_forward_pass_statistics_equal_the_online_pass_and_the_weights(shape
         if name == "argmax":
             assert torch.equal(a < 0, c < 0), name
             continue
+        if name == "tied":
+            assert torch.equal(a, c) and torch.equal(a, want.tied), name
+            continue
         both_inf = torch.isinf(a.double()) & torch.isinf(c.double())
         assert float(torch.where(both_inf, 0.0, (a.double() - c.double()).abs()).max()) \
             <= 1e-5 * max(float(c.abs().nan_to_num(0, 0, 0).max()), 1), name
@@ -209,3 +215,21 @@ def test_the_forward_pass_statistics_equal_the_online_pass_and_the_weights(shape
         if name in FIELDS and name not in ("lse", "argmax"):
             assert float((a.double() - b_).abs().max()) <= 1e-5 * max(float(b_.abs().max()),
                                                                       1), name
+
+
+def test_ties_for_the_largest_weight_are_seen_across_tiles():
+    """A row whose largest weight is shared by two keys, in one tile or in two, is ``tied``;
+    the argmax is then the first of them."""
+    n, d = 40, 4
+    q = torch.zeros(1, 1, n, d)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, n, d)
+    k[0, 0, 3, 0] = k[0, 0, 37, 0] = 5.0               # rows see both: one tie across tiles
+    k[0, 0, 20, 0] = 4.0
+    for slow in (False, True):
+        st = attention_stats(q, k, block=(8, 16), slow=slow)
+        assert bool(st.tied.all()) and bool((st.argmax == 3).all()), slow
+        one = attention_stats(q, k, causal=True, block=(8, 16), slow=slow)
+        assert bool(one.tied[0, 0, 37:].all()) and not bool(one.tied[0, 0, 3:37].any()), slow
+    w = torch.softmax((q @ k.transpose(-1, -2)).double(), -1)
+    assert bool(reference_stats(w).tied.all())

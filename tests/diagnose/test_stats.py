@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlab import attention
-from attnlab.diagnose import attention_stats, diagnose
+from attnlab.diagnose import diagnose, head_health
 from attnlab.nn import Encoder, EncoderLayer, MultiheadAttention
 
 
@@ -31,7 +31,7 @@ def _dense(q, k, **kw):
 def test_block_statistics_equal_the_dense_ones(kw):
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 3, 29, 8, generator=g) * 2, torch.randn(2, 3, 37, 8, generator=g) * 2
-    s = attention_stats(q, k, block_q=5, block_k=7, **kw)
+    s = head_health(q, k, block_q=5, block_k=7, **kw)
     d = _dense(q, k, **kw)
     for name, want in d.items():
         assert torch.allclose(getattr(s, name).double(), want, atol=1e-5), name
@@ -42,27 +42,27 @@ def test_scores_of_known_variance():
     scale they have std sqrt(d); q scaled by 3 gives 3."""
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 512, 64, generator=g), torch.randn(1, 2, 512, 64, generator=g)
-    s = attention_stats(q, k)
+    s = head_health(q, k)
     assert s.predicted_std == 1.0 and torch.allclose(s.score_std, torch.ones(2), atol=0.03)
     assert torch.allclose(s.expected_std, torch.ones(2), atol=0.03)
-    raw = attention_stats(q, k, scale=1.0)
+    raw = head_health(q, k, scale=1.0)
     assert raw.predicted_std == 8.0
     assert torch.allclose(raw.score_std, torch.full((2,), 8.0), rtol=0.03)
-    assert torch.allclose(attention_stats(3 * q, k).score_std, torch.full((2,), 3.0), rtol=0.03)
+    assert torch.allclose(head_health(3 * q, k).score_std, torch.full((2,), 3.0), rtol=0.03)
 
 
 def test_uniform_and_saturated_softmax():
     n = 50
-    uniform = attention_stats(torch.zeros(1, 1, 10, 4), torch.randn(1, 1, n, 4))
+    uniform = head_health(torch.zeros(1, 1, 10, 4), torch.randn(1, 1, n, 4))
     assert float(uniform.entropy) == pytest.approx(math.log(n))
     assert float(uniform.entropy_ratio) == pytest.approx(1.0)
     assert float(uniform.saturation) == 0.0
     assert float(uniform.jacobian_norm) == pytest.approx(math.sqrt((n - 1) / n ** 2), rel=1e-5)
     k = torch.eye(4).view(1, 1, 4, 4)
-    hot = attention_stats(100 * torch.eye(4).view(1, 1, 4, 4), k, scale=1.0)
+    hot = head_health(100 * torch.eye(4).view(1, 1, 4, 4), k, scale=1.0)
     assert float(hot.saturation) == 1.0 and float(hot.entropy_ratio) < 1e-3
     assert float(hot.jacobian_norm) < 1e-6
-    first = attention_stats(torch.ones(1, 1, 6, 2),
+    first = head_health(torch.ones(1, 1, 6, 2),
                             torch.tensor([[[[9.0, 9.0]] + [[0.0, 0.0]] * 5]]),
                             scale=1.0)
     assert float(first.sink_mass) > 0.99
@@ -72,7 +72,7 @@ def test_fully_masked_rows_are_left_out():
     q, k = torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
     keep = torch.ones(1, 1, 5, 5, dtype=torch.bool)
     keep[..., 0, :] = False
-    s = attention_stats(q, k, mask=keep)
+    s = head_health(q, k, mask=keep)
     assert torch.isfinite(s.entropy).all() and torch.isfinite(s.jacobian_norm).all()
 
 
@@ -80,7 +80,7 @@ def test_long_input_needs_no_n_by_n_matrix():
     """N = 16384: one (1, 1, 256, 1024) tile at a time. A 16384 x 16384 float64 matrix would
     need 2 GiB; the tracked peak of the call stays far below (measured in the benchmark)."""
     q = torch.randn(1, 1, 16384, 16)
-    s = attention_stats(q, q, causal=True, block_q=256, block_k=1024)
+    s = head_health(q, q, causal=True, block_q=256, block_k=1024)
     assert s.n_keys == 16384 and torch.isfinite(s.entropy).all()
 
 

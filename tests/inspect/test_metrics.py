@@ -42,15 +42,16 @@ def to_sep():
 
 def test_known_answers():
     m = head_metrics(_maps(identity(), previous(), uniform(), to_sep()), TOKENS)
-    assert m.self[0, 0] == 1 and m.prev[0, 0] == 0 and m.confidence[0, 0] == 1
+    assert m.self_mass[0, 0] == 1 and m.prev_mass[0, 0] == 0 and m.max_weight[0, 0] == 1
     assert m.entropy_ratio[0, 0] < 1e-5
-    assert m.prev[0, 1] == 1 and m.prev_argmax[0, 1] == 1
+    assert m.prev_mass[0, 1] == pytest.approx(6 / 7) and m.prev_argmax[0, 1] == 1
     assert m.entropy_ratio[0, 2] == pytest.approx(1.0, abs=1e-6)
     assert m.entropy[0, 2] == pytest.approx(math.log(N), abs=1e-6)
-    assert m.confidence[0, 2] == pytest.approx(1 / N)
+    assert m.max_weight[0, 2] == pytest.approx(1 / N)
     assert m.sep[0, 3] == 1 and m.cls[0, 3] == 0
     assert m.punct[0, 2] == pytest.approx(1 / N)                   # one "," among seven keys
-    assert m.first[0, 2] == pytest.approx(1 / N)
+    assert m.sink_mass[0, 2] == pytest.approx(1 / N)
+    assert m.local_uniform[0, 2] == 1.0                # a band of 16 covers 7 tokens
 
 
 def test_taxonomy_labels_and_flags():
@@ -186,14 +187,13 @@ def test_gradient_weighted_known_answer():
 
 
 def test_a_50_50_split_between_previous_and_next_token_is_neither():
-    from attnlab.inspect.metrics import offset_argmax
-
     n = 6
     a = torch.zeros(1, 1, n, n, dtype=torch.float64)
     for i in range(n):
         nb = [j for j in (i - 1, i + 1) if 0 <= j < n]
         a[0, 0, i, nb] = 1.0 / len(nb)
-    prev, nxt = offset_argmax(a, -1), offset_argmax(a, 1)
+    m = head_metrics(a, ["x"] * n)
+    prev, nxt = m.prev_argmax, m.next_argmax
     # only the edge rows (one neighbour) have a single argmax
     assert float(prev) == pytest.approx(1 / 5) and float(nxt) == pytest.approx(1 / 5)
 

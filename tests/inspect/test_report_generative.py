@@ -51,7 +51,7 @@ def test_causal_report_in_chromium(tmp_path):
     ins = inspect_induction("5 9 14 22 5 9 14 22")
     path = write_report(ins, tmp_path / "report.html", {"model": "induction"})
     data = json.loads(path.read_text().split('data-el="data">')[1].split("</script>")[0])
-    assert "prefix_matching" in data["metrics"] and "ablation" in data["metrics"]
+    assert "match_mass" in data["metrics"] and "ablation" in data["metrics"]
     with open_report(path) as opened:
         assert opened.page.locator("button.head").count() == 8
         assert opened.page.locator("[data-el=head-table] tr").count() == 9   # header + 8 heads

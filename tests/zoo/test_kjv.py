@@ -52,9 +52,14 @@ def test_inspect_reads_a_book_past_1024_bytes_as_a_census(tmp_path, capsys):
     book = tmp_path / "acts.txt"
     book.write_text(kjv.corpus("heldout")[:1500], encoding="utf-8")
     assert main(["inspect", "--model", "kjv", "--file", str(book), "--out",
-                 str(tmp_path / "out")]) == 0
+                 str(tmp_path / "out"), "--csv", str(tmp_path / "heads.csv")]) == 0
     said = capsys.readouterr().out
     assert "census of 4 layers x 8 heads on 1500 tokens" in said
+    import pandas as pd
+
+    heads = pd.read_csv(tmp_path / "heads.csv")                    # the per-head table
+    assert len(heads) == 32 and list(heads.columns[:3]) == ["layer", "head", "label"]
+    assert {"sink_mass", "prev_mass", "local_mass", "match_mass"} <= set(heads.columns)
     html = (tmp_path / "out" / "report.html").read_text()
     island = html.split('data-el="data">', 1)[1].split("</script>", 1)[0]
     data = json.loads(island.replace("\\u003c", "<"))
@@ -72,7 +77,8 @@ def test_the_labels_are_borne_out_by_ablation(model):
     rep = torch.cat([text[:, :512], text[:, :512]], 1)
     c = census(model, input_ids=text)
     heads = {lab: [(la, h) for la in range(c.layers) for h in range(c.heads)
-                   if c.labels[la][h] == lab] for lab in ("previous token", "local", "mixed")}
+                   if c.labels[la][h] == lab]
+             for lab in ("previous token", "local", "heterogeneous")}
     assert heads["previous token"] and heads["local"], c.labels
 
     def loss(ids, start):
@@ -85,6 +91,6 @@ def test_the_labels_are_borne_out_by_ablation(model):
         base = loss(ids, start)
         with ablate_heads(model, heads[label]):
             labelled = loss(ids, start) - base
-        with ablate_heads(model, heads["mixed"][:len(heads[label])]):
+        with ablate_heads(model, heads["heterogeneous"][:len(heads[label])]):
             unlabelled = loss(ids, start) - base
         assert labelled > 3 * max(unlabelled, 0.005), (label, labelled, unlabelled)

@@ -41,6 +41,9 @@ def inspect_cmd(
                                           "1,024 tokens ('kjv' and Hugging Face folders)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Census: query positions whose "
                                        "exact weights the report keeps, e.g. 100,2047,-1."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Also write one row per head "
+                                       "(layer, head, label, every per-head statistic) to "
+                                       "this CSV file."),
 ):
     """Capture, measure and label every attention head; write an offline HTML report."""
     from rich.progress import Progress
@@ -70,6 +73,8 @@ def inspect_cmd(
                          "first line of --file)")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the report")
+    if csv is not None and csv.is_dir():
+        raise UsageError(f"--csv {csv} is a folder; give a file name such as heads.csv")
     row_list = _rows(rows)
     from attnlab.inspect.generative import model_kind
 
@@ -98,6 +103,7 @@ def inspect_cmd(
                 ins = _from_name(model, text, pair, truncate, census, row_list)
         except (MemoryError, ValueError) as exc:   # refused before the work, said in a line
             raise UsageError(str(exc).splitlines()[0]) from None
+        _write_csv(ins, csv)
         if hasattr(ins, "stats"):                  # the census (long context)
             _finish_census(ins, out, model, file)
             return
@@ -118,6 +124,7 @@ def inspect_cmd(
         raise UsageError(f"text {exc.index + 1} has {exc.tokens} tokens, more than the "
                          f"{exc.limit} positions of the model; shorten it or pass --truncate "
                          f"to cut it to {exc.limit}") from None
+    _write_csv(ins, csv)
     settings = {"model": ins.model, "texts": len(texts), "first text": texts[0][0],
                 "pair": texts[0][1] or "-", "tokens (first text)": len(ins.tokens),
                 "layers x heads": f"{ins.layers} x {ins.heads}",
@@ -125,6 +132,16 @@ def inspect_cmd(
                 "flow position": f"{position} ({ins.tokens[position]})",
                 "truncate": "yes" if truncate else "no"}
     _finish(ins, out, settings, figures, len(texts))
+
+
+def _write_csv(ins, path: Path | None) -> None:
+    """The per-head table (labels and statistics), written atomically, where --csv asks."""
+    if path is None:
+        return
+    from attnlab._files import write_text_atomic
+
+    write_text_atomic(path, ins.table().to_csv(index=False, float_format="%.6g"))
+    console.print(f"per-head table: {path}")
 
 
 def _rows(rows: str | None) -> list[int] | None:

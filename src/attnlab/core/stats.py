@@ -26,7 +26,8 @@ column sums, pooled maps and rows.
 Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-right alignment):
 
 * ``lse``; ``entropy`` ``H_i = -sum_j p_ij log p_ij`` (the sink's own share included);
-* ``max_weight`` and ``argmax`` (the first key with the largest weight);
+* ``max_weight`` and ``argmax`` (the first key with the largest weight); ``tied``: whether
+  another key holds the same largest weight (a 50/50 split has no single argmax);
 * ``sink_mass``: the mass on the ``sink_keys`` keys from ``sink_start`` (the first real token:
   after left padding, ``sink_start`` is the number of padding keys);
 * ``prev_mass``, ``self_mass``, ``next_mass``: the mass on key ``p_i - 1``, ``p_i``, ``p_i + 1``;
@@ -36,9 +37,17 @@ Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-righ
   token, ``sum_{1 <= j < p_i, ids[j-1] = ids[i]} p_ij`` (Olsson et al. 2022's prefix matching:
   an induction head attends to the token after an *earlier* occurrence of the current one; keys
   at or after the query are not counted, so an encoder's next-token head, whose key ``i + 1``
-  follows the query's own token, is not taken for one);
+  follows the query's own token, is not taken for one); ``dup_mass``: the mass on earlier
+  copies of the query's token, ``sum_{j < p_i, ids[j] = ids[i]} p_ij`` (Olsson et al.'s
+  duplicate-token detector);
 
 and per key j, ``received``: ``sum_i p_ij``, the attention it receives.
+
+With ``health=True`` (the general pass), also per row what the training diagnostics
+(:mod:`attnlab.diagnose`) reduce: ``kept`` (the number of kept keys), ``score_sum`` and
+``score_sq`` (the sum and the sum of squares of the kept scores, natural units, masks added),
+``score_max``, and the softmax Jacobian's terms ``p2 = sum_j p_ij^2`` and ``p3 = sum_j p_ij^3``
+(``||diag(p) - p p^T||_F^2 = p2 - 2 p3 + p2^2``).
 
 Pass 2 can also keep pictures and exact rows, still without the matrix: ``pooled=G`` pools the
 weights onto a ``G x G`` grid of cells of ``ceil(N_q / G) x ceil(N_k / G)`` weights
@@ -68,10 +77,10 @@ from attnlab.core.spec import build_spec
 from attnlab.core.tiles import Tiles, base2, key_blocks, sizes, split_lse, tile_sizes
 
 LN2 = math.log(2.0)
-FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "self_mass",
-          "next_mass", "local_mass", "distance", "received")
-ROW_FIELDS = ("lse", "entropy", "max_weight", "argmax", "sink_mass", "prev_mass", "self_mass",
-              "next_mass", "local_mass", "distance", "match_mass")
+FIELDS = ("lse", "entropy", "max_weight", "argmax", "tied", "sink_mass", "prev_mass",
+          "self_mass", "next_mass", "local_mass", "distance", "received")
+ROW_FIELDS = ("lse", "entropy", "max_weight", "argmax", "tied", "sink_mass", "prev_mass",
+              "self_mass", "next_mass", "local_mass", "distance", "match_mass", "dup_mass")
 
 
 @dataclass
@@ -83,6 +92,7 @@ class AttentionStats:
     entropy: torch.Tensor
     max_weight: torch.Tensor
     argmax: torch.Tensor
+    tied: torch.Tensor
     sink_mass: torch.Tensor
     prev_mass: torch.Tensor
     self_mass: torch.Tensor
@@ -91,11 +101,18 @@ class AttentionStats:
     distance: torch.Tensor
     received: torch.Tensor | None
     match_mass: torch.Tensor | None = None
+    dup_mass: torch.Tensor | None = None
     pooled_mean: torch.Tensor | None = None
     pooled_max: torch.Tensor | None = None
     row_weights: torch.Tensor | None = None
     row_index: torch.Tensor | None = None
     out: torch.Tensor | None = None
+    kept: torch.Tensor | None = None            # health=True
+    score_sum: torch.Tensor | None = None
+    score_sq: torch.Tensor | None = None
+    score_max: torch.Tensor | None = None
+    p2: torch.Tensor | None = None
+    p3: torch.Tensor | None = None
 
 
 def _check_options(sink_keys, band, sink_start=0) -> None:
@@ -118,7 +135,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                     sink_keys: int = 1, sink_start: int = 0, band: int = 16,
                     columns: bool = True, ids: torch.Tensor | None = None,
                     queries: torch.Tensor | None = None, pooled: int | None = None,
-                    rows=None, sharpest: int = 0, slow: bool = False,
+                    rows=None, sharpest: int = 0, health: bool = False, slow: bool = False,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
     linear in the sequence length (see the module docstring).
@@ -145,6 +162,8 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
         rows: query indices whose exact weights are returned, ``row_weights (..., R, N_k)``
             in the order given. Implies the second pass.
         sharpest: add this many rows chosen after the first pass (see the module docstring).
+        health: also the scores' sums, maxima and kept counts and the softmax Jacobian's terms
+            per row (see the module docstring; takes the general pass).
         slow: always take the general online pass (the fast path's specification in tests).
         block: the tiles ``(block_q, block_k)`` (default: the tiled backend's).
 
@@ -198,7 +217,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                 raise ValueError(f"rows must be query indices in [0, {spec.n_q}), got "
                                  f"{rows[bad].tolist()[:5]}")
         with (tile_sizes(*block) if block is not None else contextlib.nullcontext()):
-            if _fast(spec, sink) and not slow:
+            if _fast(spec, sink) and not slow and not health:
                 vf = None
                 if v is not None:
                     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(
@@ -209,7 +228,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                     out["out"] = out["out"].to(q.dtype)
             else:
                 out = _tile_stats(qf, kf, spec, sink, (sink_start, sink_keys), band, columns,
-                                  ids, pooled, rows, sharpest, keep_rows)
+                                  ids, pooled, rows, sharpest, keep_rows, health)
         if keep_rows is not None:
             _drop_rows(out, keep_rows)
     shape = spec.batch_shape
@@ -228,6 +247,7 @@ def _drop_rows(out: dict, keep: torch.Tensor) -> None:
         if t is None:
             continue
         fill = float("-inf") if name == "lse" else (-1 if name == "argmax" else 0)
+        fill = False if t.dtype == torch.bool else fill
         out[name] = torch.where(keep, t, torch.full_like(t, fill))
 
 
@@ -294,10 +314,12 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
     block_q, block_k = sizes()
     best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
+    tied = torch.zeros((n_bh, n_q), dtype=torch.bool, device=dev)
     prev = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
     own = torch.zeros_like(prev)
     local = torch.zeros_like(prev)
     match = torch.zeros_like(prev) if ids is not None else None
+    dup = torch.zeros_like(prev) if ids is not None else None
     extra = _Extra(n_bh, n_q, n_k, dev, dt, columns, pooled, rows, keep)
     off = spec.offset
     for i0 in range(0, n_q, block_q):
@@ -310,7 +332,7 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
-            _running_max(s, best, argmax, i0, i1, j0)
+            _running_max(s, best, argmax, tied, i0, i1, j0)
             near = j1 > near_lo and j0 <= near_hi
             if not near and ids is None and not extra.wanted:
                 continue
@@ -324,26 +346,34 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
                 same = _prefix_match(before, ids, pos, i0, i1, j0, j1)           # (bq, bk)
                 if bool(same.any()):
                     match[:, i0:i1] += (p * same).sum(-1)
+                copy = _prefix_match(ids, ids, pos, i0, i1, j0, j1)
+                if bool(copy.any()):
+                    dup[:, i0:i1] += (p * copy).sum(-1)
             extra.add(p, i0, i1, j0, j1)
     # the fast path is causal-like: no key after the query is ever kept, so next_mass is 0
-    return {"best": best, "argmax": argmax, "prev_mass": prev, "self_mass": own,
+    return {"best": best, "argmax": argmax, "tied": tied, "prev_mass": prev, "self_mass": own,
             "next_mass": torch.zeros_like(prev), "local_mass": local, "match_mass": match,
+            "dup_mass": dup,
             **extra.result()}
 
 
 def _prefix_match(before, ids, pos, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
-    """``(bq, bk)``: key j follows an earlier occurrence of query i's token and lies before
-    the query's position (``ids[j - 1] = ids[i]``, ``j < p_i``)."""
+    """``(bq, bk)``: key j lies before the query's position and ``before[j] = ids[i]``: with
+    ``before[j] = ids[j - 1]``, key j follows an earlier occurrence of query i's token (prefix
+    matching); with ``before = ids``, key j is an earlier copy of it (duplicate token)."""
     keys = torch.arange(j0, j1, device=pos.device, dtype=pos.dtype)[None, :]
     return (before[j0:j1][None, :] == ids[i0:i1][:, None]) & (keys < pos)
 
 
-def _running_max(s, best, argmax, i0: int, i1: int, j0: int) -> torch.Tensor:
-    """Fold tile ``s (BH, bq, bk)`` into the rows' running largest score and its first key;
-    returns the tile's row maxima."""
+def _running_max(s, best, argmax, tied, i0: int, i1: int, j0: int) -> torch.Tensor:
+    """Fold tile ``s (BH, bq, bk)`` into the rows' running largest score, its first key and
+    whether another key ties with it; returns the tile's row maxima."""
     top, idx = s.max(-1)
-    better = top > best[:, i0:i1]
-    best[:, i0:i1] = torch.where(better, top, best[:, i0:i1])
+    many = (s == top[..., None]).sum(-1) > 1                  # a tie inside the tile
+    old = best[:, i0:i1]
+    better, same = top > old, (top == old) & torch.isfinite(top)
+    tied[:, i0:i1] = torch.where(better, many, tied[:, i0:i1] | same)
+    best[:, i0:i1] = torch.where(better, top, old)
     argmax[:, i0:i1] = torch.where(better, idx + j0, argmax[:, i0:i1])
     return top
 
@@ -424,11 +454,12 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
     max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
     argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
     stats = {"lse": lse, "entropy": entropy, "max_weight": max_weight, "argmax": argmax,
+             "tied": rest["tied"] & ~empty,
              "sink_mass": sink_mass, "prev_mass": rest["prev_mass"],
              "self_mass": rest["self_mass"], "next_mass": rest["next_mass"],
              "local_mass": rest["local_mass"], "distance": distance}
     if ids is not None:
-        stats["match_mass"] = rest["match_mass"]
+        stats["match_mass"], stats["dup_mass"] = rest["match_mass"], rest["dup_mass"]
     extra = {name: rest[name] for name in ("received", "pooled_mean", "pooled_max",
                                            "row_weights")}
     return {**stats, **extra, "row_index": rows, "out": out}
@@ -445,7 +476,8 @@ def _with_sharpest(rows, max_weight, sharpest: int, n_q: int, dev):
 
 
 def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, columns: bool, ids,
-                pooled=None, rows=None, sharpest: int = 0, keep=None) -> dict:
+                pooled=None, rows=None, sharpest: int = 0, keep=None,
+                health: bool = False) -> dict:
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
     dev, dt = q.device, q.dtype
     tiles = Tiles(spec, n_bh, spec.float_bias())
@@ -461,13 +493,18 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
     sink_lo, sink_hi = sink_range[0], sink_range[0] + sink_range[1]
     names = ["z", "sink_mass", "prev_mass", "self_mass", "next_mass", "local_mass", "distance"]
     if ids is not None:
-        names.append("match_mass")
+        names += ["match_mass", "dup_mass"]
         before = torch.cat([ids.new_full((1,), -1), ids[:-1]])        # the token before key j
+    if health:          # the kept scores' count, sum and sum of squares; sums of e^2 and e^3
+        plain = {name: torch.zeros((n_bh, n_q), dtype=dt, device=dev)
+                 for name in ("kept", "score_sum", "score_sq")}
+        names += ["e2", "e3"]
     m_all = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     l_all = torch.zeros((n_bh, n_q), dtype=dt, device=dev)
     acc = {name: torch.zeros((n_bh, n_q), dtype=dt, device=dev) for name in names}
     best = torch.full((n_bh, n_q), float("-inf"), dtype=dt, device=dev)
     argmax = torch.full((n_bh, n_q), -1, dtype=torch.long, device=dev)
+    tied = torch.zeros((n_bh, n_q), dtype=torch.bool, device=dev)
     off = n_k - n_q
     for i0 in range(0, n_q, block_q):
         i1 = min(i0 + block_q, n_q)
@@ -479,7 +516,7 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
             s = tiles.scores(q_s, k, i0, i1, j0, j1, kind)
             if s is None:
                 continue
-            top = _running_max(s, best, argmax, i0, i1, j0)
+            top = _running_max(s, best, argmax, tied, i0, i1, j0)
             m_new = torch.maximum(m, top)
             safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
             grow = torch.isfinite(m)
@@ -492,6 +529,15 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
             # earlier tiles hold only finfo.min-masked keys has a huge |step| and a large l,
             # whose product overflows, and 0 * inf would be NaN
             a["z"] = phi * a["z"] + torch.where(phi > 0, phi * step, 0.0) * l + ez
+            if health:
+                live = torch.isfinite(s)
+                sk = torch.where(live, s * unit, 0.0)                         # natural units
+                plain["kept"][:, i0:i1] += live.sum(-1)
+                plain["score_sum"][:, i0:i1] += sk.sum(-1)
+                plain["score_sq"][:, i0:i1] += (sk * sk).sum(-1)
+                e2 = e * e
+                a["e2"] = a["e2"] * phi * phi + e2.sum(-1)
+                a["e3"] = a["e3"] * phi * phi * phi + (e2 * e).sum(-1)
             l = l * phi + e.sum(-1)
             m = m_new
             keys = torch.arange(j0, j1, device=dev, dtype=dt)[None, :]        # (1, bk)
@@ -505,6 +551,8 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
             a["local_mass"] = a["local_mass"] * phi + (e * (dist <= band)).sum(-1)
             a["distance"] = a["distance"] * phi + (e * dist).sum(-1)
             if ids is not None:
+                copy = _prefix_match(ids, ids, pos, i0, i1, j0, j1)
+                a["dup_mass"] = a["dup_mass"] * phi + (e * copy).sum(-1)
                 same = _prefix_match(before, ids, pos, i0, i1, j0, j1)        # (bq, bk)
                 a["match_mass"] = a["match_mass"] * phi + (e * same).sum(-1)
         m_all[:, i0:i1], l_all[:, i0:i1] = m, l
@@ -522,7 +570,12 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
         acc["z"] = phi * acc["z"] + torch.where(phi > 0, phi * step, 0.0) * l_all \
             + es * (su - top)
         for name in names[1:]:
-            acc[name] = acc[name] * phi
+            if name == "e2":                  # sums of squares and cubes: phi^2, phi^3, and
+                acc[name] = acc[name] * phi * phi + es * es           # the sink's own weight
+            elif name == "e3":
+                acc[name] = acc[name] * phi * phi * phi + es * es * es
+            else:
+                acc[name] = acc[name] * phi
         l_all = l_all * phi + es
         m_all, empty = top, torch.zeros_like(keyless)
     inv_l = torch.where(empty, torch.zeros_like(l_all), 1.0 / l_all.clamp_min(1e-300))
@@ -531,7 +584,14 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
     stats = {"entropy": torch.where(empty, torch.zeros_like(l_all),
                                     (log_l - acc["z"] * inv_l) * unit)}
     for name in names[1:]:
-        stats[name] = acc[name] * inv_l
+        if name not in ("e2", "e3"):
+            stats[name] = acc[name] * inv_l
+    if health:
+        stats.update(plain)
+        stats["score_max"] = torch.where(keyless, torch.full_like(best, float("-inf")),
+                                         best * unit)
+        stats["p2"] = acc["e2"] * inv_l * inv_l
+        stats["p3"] = acc["e3"] * inv_l * inv_l * inv_l
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
@@ -540,6 +600,7 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
     rows = _with_sharpest(rows, top_w, sharpest, n_q, dev)
     # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
     extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep)
+    stats["tied"] = tied & ~keyless
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
             **extra, "row_index": rows}
 
@@ -629,10 +690,13 @@ def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
         lse=lse if lse is not None else torch.full_like(entropy, float("nan")),
         entropy=entropy, max_weight=torch.where(empty, torch.zeros_like(top), top),
         argmax=torch.where(w.sum(-1) == 0, torch.full_like(arg, -1), arg),
+        tied=((w == top[..., None]).sum(-1) > 1) & ~empty,
         sink_mass=w[..., sink_start:sink_start + sink_keys].sum(-1),
         prev_mass=(w * (keys == pos - 1)).sum(-1), self_mass=(w * (keys == pos)).sum(-1),
         next_mass=(w * (keys == pos + 1)).sum(-1),
         local_mass=(w * (dist <= band)).sum(-1), distance=(w * dist).sum(-1),
         received=w.sum(-2), match_mass=None if ids is None else (w * (
             (torch.cat([ids.new_full((1,), -1), ids[:-1]])[None, :] == ids[:, None])
-            & (keys < pos))).sum(-1))
+            & (keys < pos))).sum(-1),
+        dup_mass=None if ids is None else (w * ((ids[None, :] == ids[:, None])
+                                                & (keys < pos))).sum(-1))

@@ -1,7 +1,7 @@
 """Attention health: score scale, saturation, entropy, softmax gradient, sinks
 (docs/diagnostics.md).
 
-* :func:`attention_stats`: the statistics of one call from q and k, block by block.
+* :func:`head_health`: the statistics of one call from q and k, block by block.
 * :func:`diagnose`: run a model once and get every attention call's statistics.
 * :func:`watch`: the same as a context manager around any forward.
 * :class:`AttentionMonitor`: every k training steps, with named alarms and remedies.
@@ -19,7 +19,7 @@ from attnlab.diagnose.monitor import (
     AttentionMonitor,
     score_alarms,
 )
-from attnlab.diagnose.stats import HeadStats, attention_stats
+from attnlab.diagnose.stats import HeadStats, head_health
 from attnlab.diagnose.watch import Diagnosis, watch
 
 
@@ -37,4 +37,4 @@ def diagnose(model: torch.nn.Module, *args, **kwargs) -> Diagnosis:
 
 
 __all__ = ["AT_INFERENCE", "Alarm", "AttentionMonitor", "Diagnosis", "HeadStats", "REMEDIES",
-           "THRESHOLDS", "attention_stats", "diagnose", "score_alarms", "watch"]
+           "THRESHOLDS", "head_health", "diagnose", "score_alarms", "watch"]

@@ -12,12 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.diagnose.monitor import AttentionMonitor
-from attnlab.diagnose.stats import attention_stats
+from attnlab.diagnose.stats import head_health
 
 
 def _softmax_grad_norm(q, k, scale):
     """Mean over rows of |d softmax(s) / d s|_F for the scores of q, k at this scale."""
-    return float(attention_stats(q, k, scale=scale).jacobian_norm.mean())
+    return float(head_health(q, k, scale=scale).jacobian_norm.mean())
 
 
 def scale_sweep(dims=(8, 16, 32, 64, 128, 256, 512, 1024), n: int = 128, seed: int = 0) -> dict:
@@ -31,7 +31,7 @@ def scale_sweep(dims=(8, 16, 32, 64, 128, 256, 512, 1024), n: int = 128, seed: i
         q = torch.randn(1, 4, n, d, generator=g)
         k = torch.randn(1, 4, n, d, generator=g)
         for tag, scale in (("scaled", 1 / math.sqrt(d)), ("unscaled", 1.0)):
-            s = attention_stats(q, k, scale=scale)
+            s = head_health(q, k, scale=scale)
             out[f"std_{tag}"].append(float(s.score_std.mean()))
             out[f"saturation_{tag}"].append(float(s.saturation.mean()))
             out[f"jacobian_{tag}"].append(float(s.jacobian_norm.mean()))
@@ -48,7 +48,7 @@ def temperature_sweep(temperatures=(0.5, 1.0, 2.0, 4.0), dims=(16, 64, 256), n: 
         q = torch.randn(1, 4, n, d, generator=g) * 2.0    # a model whose q, k have grown (std 2)
         k = torch.randn(1, 4, n, d, generator=g) * 2.0
         for t in temperatures:
-            s = attention_stats(q, k, temperature=t)
+            s = head_health(q, k, temperature=t)
             rows.append({"d_k": d, "T": t, "std": float(s.score_std.mean()),
                          "saturation": float(s.saturation.mean()),
                          "entropy_ratio": float(s.entropy_ratio.mean()),

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnlab.core.api import attention, dispatch_to
-from attnlab.diagnose.stats import HeadStats, attention_stats
+from attnlab.diagnose.stats import HeadStats, head_health
 
 
 @dataclass
@@ -121,7 +121,7 @@ def watch(model: nn.Module, on_call=None):
         elif options["score_mod"] is not None:
             diag.skipped.append((name, "a score_mod changes the scores after the scale"))
         else:
-            add(name, attention_stats(q, k, **_options_for_stats(q, k, options)))
+            add(name, head_health(q, k, **_options_for_stats(q, k, options)))
         return attention(q, k, v, **options)
 
     hf_prev = None
@@ -170,6 +170,6 @@ def _torch_mha_hook(add, names):
                     kpm[:, None, None, :].float()
             causal = bool(kwargs.get("is_causal", False))
             add(names.get(id(mod), "MultiheadAttention"),
-                attention_stats(q, k, mask=mask, causal=causal, scale=1 / math.sqrt(e // h)))
+                head_health(q, k, mask=mask, causal=causal, scale=1 / math.sqrt(e // h)))
         return None
     return pre

@@ -240,11 +240,13 @@ def walk(tokens: list[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *
 def _entropy_lines(scores: torch.Tensor, keep: torch.Tensor) -> tuple[float, float, float]:
     """(largest weight per row, entropy, entropy of uniform weights over each row's visible
     keys), averaged over the rows that see a key."""
+    from attnlab.core.stats import reference_stats
+
     live = keep.any(-1)
     a = torch.softmax(scores.masked_fill(~keep, float("-inf"))[live], dim=-1)
-    ent = -(a * torch.log(torch.where(a > 0, a, 1.0))).sum(-1)
+    st = reference_stats(a)
     uniform = torch.log(keep[live].sum(-1).double())
-    return float(a.amax(-1).mean()), float(ent.mean()), float(uniform.mean())
+    return float(st.max_weight.mean()), float(st.entropy.mean()), float(uniform.mean())
 
 
 def softmax_jacobian_norm(scores: torch.Tensor) -> float:

@@ -11,35 +11,21 @@ from the post-RoPE q and k with the call's own masks), each layer's
 :func:`attnlab.core.stats.attention_stats` is taken: no N x N map is ever formed. The model
 runs on ``attnlab_tiled`` meanwhile and is set back afterwards.
 
-Labels at long context, first match wins, with their thresholds:
-
-* **induction**: mean ``match_mass`` above 0.5 over the queries whose token occurred before
-  (Olsson et al. 2022's prefix-matching score; they rank heads without a cut-off: 0.5 is
-  attnlab's, as in :mod:`attnlab.inspect.taxonomy`);
-* **sink**: mean mass on the first ``sink_keys`` tokens above 0.3 (Gu et al. 2024's sink
-  metric with epsilon = 0.3);
-* **previous token**: mean mass on the previous token above 0.5 (Clark et al. 2019);
-* **local**: mean mass within ``band`` positions above 0.8 (attnlab's threshold);
-* **broad**: mean entropy at least 80% of the uniform entropy over the keys a query sees
-  (attnlab's threshold, as in the taxonomy);
-* **mixed**: none of these.
+Labels come from the one rule table that full maps use too (:mod:`attnlab.inspect.labels`,
+with every threshold and its source), applied to the same per-head means
+(:func:`attnlab.inspect.labels.summarize`): the same head of the same text gets the same label
+at 1,000 tokens through ``show()`` and through the census.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 
 from attnlab.core.stats import ROW_FIELDS, attention_stats
-
-SINK = 0.3            # Gu et al. 2024, epsilon
-INDUCTION = 0.5       # attnlab's cut on Olsson et al.'s prefix-matching score
-PREVIOUS = 0.5        # Clark et al. 2019
-LOCAL = 0.8           # attnlab's
-BROAD = 0.8           # attnlab's, as the taxonomy's broad heads
-LABELS = ("induction", "sink", "previous token", "local", "broad", "mixed")
+from attnlab.inspect import labels as table
+from attnlab.inspect.labels import LABELS
 
 
 @dataclass
@@ -76,6 +62,17 @@ class Census:
     def length(self) -> int:
         """Number of positions."""
         return len(self.tokens)
+
+    def table(self):
+        """One row per head: layer, head, label and every per-head mean (a pandas DataFrame;
+        :data:`attnlab.inspect.labels.TABLE_COLUMNS` gives the columns and their units)."""
+        return table.head_table(self.labels, self.summary)
+
+    def compare(self, other: "Census", names=("a", "b")):
+        """This census beside ``other`` (the same heads: the same text at 1k and at 16k
+        tokens, say), one row per head: both labels, whether it changed, both values of every
+        statistic and their difference (see :func:`attnlab.inspect.labels.compare_tables`)."""
+        return table.compare_tables(self.table(), other.table(), names)
 
     def counts(self) -> dict[str, int]:
         """How many heads carry each label."""
@@ -364,59 +361,16 @@ def _assemble(collector, ids, tokens, name, sink_keys, band, real=None) -> Censu
     for layer, (_, s, _) in enumerate(collector.layers):
         if s.row_weights is not None and s.row_index.numel():
             rows[layer] = (s.row_index.cpu(), s.row_weights[0].float().cpu())  # (H, R, N)
-    seen = torch.isfinite(stats["lse"])                                        # rows with keys
-    summary = {}
-    for field_name, t in stats.items():
-        if field_name in ("lse", "argmax", "received"):
-            continue
-        values = torch.where(seen, t.float(), torch.zeros_like(t, dtype=torch.float32))
-        summary[field_name] = values.sum(-1) / seen.sum(-1).clamp_min(1)
-    n = stats["lse"].shape[-1]
+    seen = torch.isfinite(stats["lse"])                    # rows that count and see a key
     causal = [c for _, _, c in collector.layers]
-    # the uniform entropy over the keys each query sees: ln(i + 1) causal, ln N otherwise
-    pos = torch.arange(n, dtype=torch.float32)
-    uniform = torch.stack([torch.log(pos + 1).clamp_min(math.log(2)) if c
-                           else torch.full((n,), math.log(max(n, 2))) for c in causal])
-    norm = stats["entropy"].float() / uniform[:, None, :]
-    summary["entropy_ratio"] = torch.where(seen, norm, torch.zeros_like(norm)).sum(-1) \
-        / seen.sum(-1).clamp_min(1)
-    if "match_mass" in stats and ids is not None:   # induction over queries that can match
-        earlier = _has_earlier_match(ids, real)
-        keep = seen & earlier[None, None, :]
-        summary["induction"] = torch.where(keep, stats["match_mass"].float(), 0.0).sum(-1) \
-            / keep.sum(-1).clamp_min(1)
-    labels = [[_label(summary, layer, head) for head in range(stats["lse"].shape[1])]
-              for layer in range(stats["lse"].shape[0])]
-    return Census(name, tokens, stats, summary, labels, sink_keys, band,
+    summary = table.summarize(stats, seen, causal=causal, ids=ids, real=real, band=band)
+    n = stats["lse"].shape[-1]
+    notes = []
+    share = table.local_means_nothing(n, band, all(causal))
+    if share is not None:
+        notes.append(f"no head is labelled local: at {n} tokens a band of {band} positions "
+                     f"holds {share:.0%} of a uniform head's mass, so the label would say "
+                     "nothing; take a longer text, or a smaller band")
+    labels = table.label_heads(summary)
+    return Census(name, tokens, stats, summary, labels, sink_keys, band, notes=notes,
                   layer_names=[n for n, _, _ in collector.layers], maps=maps, rows=rows)
-
-
-def _has_earlier_match(ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
-    """Whether query i has a key j < i whose previous token is ids[i] (prefix matching: the
-    token ids[i] occurred at some j - 1 <= i - 2), counting real tokens only."""
-    keep = [True] * ids.numel() if real is None else real.tolist()
-    seen, out = set(), []
-    toks = ids.tolist()
-    for i, tok in enumerate(toks):
-        if i >= 2 and keep[i - 2]:
-            seen.add(toks[i - 2])
-        out.append(keep[i] and tok in seen)
-    return torch.tensor(out, dtype=torch.bool)
-
-
-def _label(summary, layer: int, head: int) -> str:
-    def at(name):
-        t = summary.get(name)
-        return float(t[layer, head]) if t is not None else 0.0
-
-    if at("induction") > INDUCTION:
-        return "induction"
-    if at("sink_mass") > SINK:
-        return "sink"
-    if at("prev_mass") > PREVIOUS:
-        return "previous token"
-    if at("local_mass") > LOCAL:
-        return "local"
-    if at("entropy_ratio") >= BROAD:
-        return "broad"
-    return "mixed"

@@ -23,7 +23,7 @@ import torch
 from attnlab.inspect.ablation import head_importance
 from attnlab.inspect.attribution import flow_from, max_flow_solver, rollout
 from attnlab.inspect.capture import record
-from attnlab.inspect.heads import copying_score, duplicate_token_scores, induction_scores
+from attnlab.inspect.heads import copying_score
 from attnlab.inspect.metrics import embed_2d, head_metrics, js_distances, layer_distance_summary
 from attnlab.inspect.run import Inspection, TextMaps
 from attnlab.inspect.taxonomy import label_heads
@@ -34,13 +34,7 @@ DEFAULT_DATE = "3 March 2021"
 def _square(maps, tokens, text, notes, *, kind="self", position=0, ids=None, extra=None,
             table=None, model="", start_layer=0):
     """An Inspection of one square capture ``maps (L, H, n, n)``."""
-    metrics = head_metrics(maps, tokens)
-    induction = duplicate = None
-    if ids is not None:
-        induction = induction_scores(maps, ids)
-        duplicate = duplicate_token_scores(maps, ids)
-        metrics.prefix_matching = induction
-        metrics.duplicate = duplicate
+    metrics = head_metrics(maps, tokens, ids=ids)
     for k, v in (extra or {}).items():
         setattr(metrics, k, v)
     dist = js_distances(maps)
@@ -58,7 +52,7 @@ def _square(maps, tokens, text, notes, *, kind="self", position=0, ids=None, ext
         model=model, texts=[(text, None)], tokens=tokens, maps=maps, segments=None,
         metrics=metrics, per_text=[metrics], dist=dist, xy=embed_2d(dist),
         layer_summary=layer_distance_summary(dist, maps.shape[1]),
-        taxonomy=label_heads(metrics, dist, induction=induction, duplicate=duplicate),
+        taxonomy=label_heads(metrics, dist),
         rollout=roll[-1], flow=None, gradient=None, notes=notes,
         captures=[TextMaps(text, None, tokens, None, maps.float(), kind=kind)],
         rollout_layers=roll, flow_from=f_from, flow_position=position, target="loss",
@@ -66,7 +60,9 @@ def _square(maps, tokens, text, notes, *, kind="self", position=0, ids=None, ext
 
 
 def _ablation_table(maps, importance, what):
-    first = maps[..., 0].mean(-1)                                   # (L, H) mass on token 0
+    from attnlab.core.stats import reference_stats
+
+    first = torch.stack([reference_stats(layer).sink_mass.mean(-1) for layer in maps])  # (L, H)
     rows = []
     for layer in range(maps.shape[0]):
         for head in range(maps.shape[1]):

@@ -1,5 +1,9 @@
 """Causal-model head detectors, with their published definitions.
 
+The masses come from :func:`attnlab.core.stats.reference_stats` (``prev_mass``,
+``dup_mass``, ``match_mass``: the definitions the census uses); this module keeps what is its
+own, the batched detector scores and the OV copying score.
+
 All three score a head by the attention mass it puts where a head of that kind would look,
 averaged over the queries for which such a place exists (Olsson et al. 2022, "In-context
 learning and induction heads", section 2 and appendix; the same scores as TransformerLens'
@@ -24,9 +28,6 @@ from __future__ import annotations
 
 import torch
 
-INDUCTION = 0.5        # prefix-matching score that labels a head "induction" (attnlab's)
-DUPLICATE = 0.5        # duplicate-token score that labels a head "duplicate token"
-
 
 def _batched(maps: torch.Tensor, ids: torch.Tensor | None = None):
     if maps.dim() == 4:
@@ -41,42 +42,49 @@ def _batched(maps: torch.Tensor, ids: torch.Tensor | None = None):
     return maps.double(), ids
 
 
-def _score(maps: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """``where (B, N, N)`` bool: the keys each query should look at; mean over the queries
-    that have any of the summed mass there. A head with no such query scores 0."""
-    w = where[:, None, None].to(maps.dtype)                   # (B, 1, 1, N, N)
-    mass = (maps * w).sum(-1)                                # (B, L, H, N)
-    has = where.any(-1)[:, None, None].to(maps.dtype)        # (B, 1, 1, N)
-    count = has.sum((0, -1)).clamp_min(1)                    # (1, 1)
-    return (mass * has).sum((0, -1)) / count                 # (L, H)
+def _rows(maps: torch.Tensor, ids: torch.Tensor | None) -> list:
+    """Each sequence's row statistics ``(L, H, N)`` from :func:`attnlab.core.stats.reference_stats`
+    (one definition of the masses, shared with the census)."""
+    from attnlab.core.stats import reference_stats
+
+    return [reference_stats(maps[b], ids=None if ids is None else ids[b])
+            for b in range(maps.shape[0])]
+
+
+def _mean_over(values: list[torch.Tensor], where: list[torch.Tensor]) -> torch.Tensor:
+    """Mean of ``values[b] (L, H, N)`` over the queries ``where[b] (N,)`` of every sequence."""
+    total = sum((v * w.to(v.dtype)).sum(-1) for v, w in zip(values, where))
+    count = sum(int(w.sum()) for w in where)
+    return total / max(count, 1)
 
 
 def previous_token_scores(maps: torch.Tensor) -> torch.Tensor:
     """Mean attention from each query ``i >= 1`` to key ``i - 1``, ``(L, H)``."""
     maps, _ = _batched(maps)
     n = maps.shape[-1]
-    where = torch.zeros(maps.shape[0], n, n, dtype=torch.bool, device=maps.device)
-    where[:, torch.arange(1, n), torch.arange(n - 1)] = True
-    return _score(maps, where)
+    where = torch.arange(n, device=maps.device) >= 1
+    return _mean_over([s.prev_mass for s in _rows(maps, None)], [where] * maps.shape[0])
 
 
 def duplicate_token_scores(maps: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Mean mass on the earlier occurrences of each query's own token, ``(L, H)``."""
+    """Mean mass on the earlier occurrences of each query's own token (``dup_mass`` of
+    :func:`attnlab.core.stats.reference_stats`), over the queries that have one, ``(L, H)``."""
+    from attnlab.inspect.labels import earlier_copy
+
     maps, ids = _batched(maps, ids)
-    same = ids[:, :, None] == ids[:, None, :]                               # (B, N, N)
-    earlier = torch.ones_like(same[0]).tril(-1)
-    return _score(maps, same & earlier)
+    return _mean_over([s.dup_mass for s in _rows(maps, ids)],
+                      [earlier_copy(ids[b]) for b in range(maps.shape[0])])
 
 
 def induction_scores(maps: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Prefix-matching score: mean mass on the keys that follow an earlier occurrence of the
-    query's token, ``(L, H)``."""
+    query's token (``match_mass`` of :func:`attnlab.core.stats.reference_stats`), over the
+    queries that have one, ``(L, H)``."""
+    from attnlab.inspect.labels import earlier_match
+
     maps, ids = _batched(maps, ids)
-    prev = torch.roll(ids, 1, dims=-1)                   # prev[j] = ids[j - 1]
-    match = ids[:, :, None] == prev[:, None, :]          # (B, N, N): ids[i] == ids[j - 1]
-    match[:, :, 0] = False                               # key 0 has no previous token
-    earlier = torch.ones_like(match[0]).tril(-1)
-    return _score(maps, match & earlier)
+    return _mean_over([s.match_mass for s in _rows(maps, ids)],
+                      [earlier_match(ids[b]) for b in range(maps.shape[0])])
 
 
 def copying_score(ov: torch.Tensor) -> float:

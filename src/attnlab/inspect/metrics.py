@@ -1,7 +1,13 @@
-"""Per-head attention metrics, with the published definitions.
+"""Per-head attention metrics of full maps, with the published definitions.
 
 All functions take the maps of one sequence, ``maps (L, H, n, n)`` (rows: queries, columns:
-keys; each row sums to 1), and return ``(L, H)`` tensors unless stated.
+keys; each row sums to 1), and return ``(L, H)`` tensors unless stated. The statistics that the
+census also measures (entropy, largest weight, previous / next / self / sink / local mass,
+distance, prefix matching) are not defined here: :func:`head_metrics` takes each row's from
+:func:`attnlab.core.stats.reference_stats` and their head means from
+:func:`attnlab.inspect.labels.summarize`, as the census does, so both routes give one number
+and one label (:mod:`attnlab.inspect.labels`). What is only this module's: the token classes
+([CLS], [SEP], punctuation), sentence blocks, and the distances between heads.
 """
 
 from __future__ import annotations
@@ -12,14 +18,17 @@ from dataclasses import dataclass
 
 import torch
 
+BAND = 16            # keys within this distance of the query are local (as the census's)
+
 METRIC_TITLES = {
-    "entropy_ratio": "entropy / ln n", "confidence": "confidence (mean max weight)",
-    "prev": "previous-token mass", "next": "next-token mass", "self": "self mass",
-    "cls": "[CLS] mass", "sep": "[SEP] mass", "punct": "'.' and ',' mass",
-    "first": "first-token (sink) mass", "within_segment": "within-sentence mass",
+    "entropy_ratio": "entropy / uniform entropy", "max_weight": "mean largest weight",
+    "prev_mass": "previous-token mass", "next_mass": "next-token mass",
+    "self_mass": "self mass", "cls": "[CLS] mass", "sep": "[SEP] mass",
+    "punct": "'.' and ',' mass", "sink_mass": "first-token (sink) mass",
+    "local_mass": f"local mass (within {BAND})", "within_segment": "within-sentence mass",
+    "match_mass": "induction (prefix-matching) score",
     # causal models only (attnlab.inspect.heads, attnlab.inspect.ablation)
-    "prefix_matching": "induction (prefix-matching) score",
-    "duplicate": "duplicate-token score", "copying": "copying score (OV eigenvalues)",
+    "dup_mass": "duplicate-token score", "copying": "copying score (OV eigenvalues)",
     "ablation": "loss increase when zero-ablated",
 }
 
@@ -35,57 +44,6 @@ def is_period_or_comma(token: str) -> bool:
     return token.removeprefix("▁").removeprefix("Ġ") in (".", ",")
 
 
-def entropy(maps: torch.Tensor, eps: float = 1e-8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean entropy of the attention rows (nats) and its ratio to ln n, ``(L, H)`` each.
-
-    Smoothed: each row is mixed with a uniform floor, ``(a + eps) / (1 + n eps)``, so that 0·log 0
-    needs no special case (Clark et al. 2019, section 3 report the same per-head average
-    entropy). The ratio is 1 for uniform attention and 0 for attention on a single key.
-    """
-    n = maps.shape[-1]
-    h = torch.zeros(maps.shape[:2], dtype=torch.float64)
-    for layer in range(maps.shape[0]):             # a layer at a time: no map-sized temporary
-        p = (maps[layer] + eps) / (1 + n * eps)                       # (H, n_q, n)
-        h[layer] = -torch.special.xlogy(p, p).sum(-1).double().mean(-1)
-    return h, h / math.log(n) if n > 1 else torch.zeros_like(h)
-
-
-def confidence(maps: torch.Tensor) -> torch.Tensor:
-    """Mean over queries of the largest weight (Voita et al. 2019, section 4.1: "confident"
-    heads put most of their mass on one token)."""
-    return maps.amax(-1).mean(-1)
-
-
-def offset_mass(maps: torch.Tensor, offset: int) -> torch.Tensor:
-    """Mean weight on the key at ``query + offset``: -1 previous, +1 next, 0 self
-    (Clark et al. 2019, section 4)."""
-    diag = torch.diagonal(maps, offset=offset, dim1=-2, dim2=-1)     # (L, H, n - |offset|)
-    return diag.mean(-1) if diag.shape[-1] else torch.zeros(maps.shape[:2], dtype=maps.dtype)
-
-
-def offset_argmax(maps: torch.Tensor, offset: int | tuple[int, ...]) -> torch.Tensor:
-    """Fraction of queries whose largest weight is on ``query + offset`` alone (Voita et al.
-    2019 call a head positional when this is at least 90%). A query whose largest weight is
-    shared by several keys (a 50/50 split between the previous and the next token) has no
-    single argmax and counts for none of them, instead of for whichever comes first.
-
-    A tuple of offsets gives one ``(L, H)`` result per offset, stacked, from one pass."""
-    offsets = (offset,) if isinstance(offset, int) else tuple(offset)
-    n = maps.shape[-1]
-    top, best = maps.max(-1)                                         # (L, H, n) each
-    unique = (maps == top[..., None]).sum(-1) == 1                   # one key holds the max
-    out = []
-    for o in offsets:
-        target = torch.arange(n) + o
-        valid = (target >= 0) & (target < n)
-        if not valid.any():
-            out.append(torch.zeros(maps.shape[:2], dtype=maps.dtype))
-            continue
-        hit = (best == target.clamp(0, n - 1)) & unique              # (L, H, n)
-        out.append(hit[..., valid].to(maps.dtype).mean(-1))
-    return out[0] if isinstance(offset, int) else torch.stack(out)
-
-
 def token_mass(maps: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Mean over queries of the total weight on the keys where ``keys`` (bool, n) is True;
     a ``(k, n)`` stack of key sets gives ``(k, L, H)``."""
@@ -97,25 +55,30 @@ def token_mass(maps: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class HeadMetrics:
-    """Every metric, ``(L, H)`` tensors, for one sequence or averaged over a corpus."""
+    """Every metric, ``(L, H)`` tensors, for one sequence or averaged over a corpus; the names
+    are those of the census's summary (:mod:`attnlab.inspect.labels`)."""
 
     entropy: torch.Tensor
     entropy_ratio: torch.Tensor
-    confidence: torch.Tensor
-    prev: torch.Tensor
-    next: torch.Tensor
-    self: torch.Tensor
+    max_weight: torch.Tensor
+    prev_mass: torch.Tensor
+    next_mass: torch.Tensor
+    self_mass: torch.Tensor
     prev_argmax: torch.Tensor
     next_argmax: torch.Tensor
     self_argmax: torch.Tensor
     cls: torch.Tensor
     sep: torch.Tensor
     punct: torch.Tensor
-    first: torch.Tensor
+    sink_mass: torch.Tensor
+    local_mass: torch.Tensor
+    distance: torch.Tensor
+    special_mass: torch.Tensor
+    local_uniform: torch.Tensor                     # a uniform head's local mass (labels.py)
     within_segment: torch.Tensor | None = None
-    # causal models: detector scores and zero-ablation importance, where measured
-    prefix_matching: torch.Tensor | None = None
-    duplicate: torch.Tensor | None = None
+    match_mass: torch.Tensor | None = None          # with token ids
+    dup_mass: torch.Tensor | None = None            # with token ids
+    # causal models: the OV copying score and zero-ablation importance, where measured
     copying: torch.Tensor | None = None
     ablation: torch.Tensor | None = None
 
@@ -131,30 +94,46 @@ class HeadMetrics:
 
 
 def head_metrics(maps: torch.Tensor, tokens: list[str],
-                 segments: torch.Tensor | None = None) -> HeadMetrics:
-    """All metrics of one sequence. ``segments (n,)`` marks sentence A / B of a pair."""
+                 segments: torch.Tensor | None = None,
+                 ids: torch.Tensor | None = None) -> HeadMetrics:
+    """All metrics of one sequence. ``segments (n,)`` marks sentence A / B of a pair; ``ids
+    (n,)``, the token ids, give the prefix-matching score ``match_mass``."""
+    from attnlab.core.stats import reference_stats
+    from attnlab.inspect.labels import is_causal, summarize
+
     maps = maps.double()
     n = maps.shape[-1]
     if len(tokens) != n:
         raise ValueError(f"tokens has {len(tokens)} entries but the maps are {n} x {n}")
-    ent, ratio = entropy(maps)
+    if ids is not None:
+        ids = torch.as_tensor(ids).reshape(-1)
+        if ids.numel() != n:
+            raise ValueError(f"ids has {ids.numel()} entries but the maps are {n} x {n}")
+    per_layer = [reference_stats(layer, ids=ids, band=BAND) for layer in maps]   # no L*N^2 temp
+    rows = {name: torch.stack([getattr(s, name) for s in per_layer])
+            for name in ("entropy", "max_weight", "argmax", "tied", "sink_mass", "prev_mass",
+                         "self_mass", "next_mass", "local_mass", "distance", "received")}
+    if ids is not None:
+        rows["match_mass"] = torch.stack([s.match_mass for s in per_layer])
+        rows["dup_mass"] = torch.stack([s.dup_mass for s in per_layer])
+    summary = summarize(rows, maps.sum(-1) > 0, causal=is_causal(maps), ids=ids, band=BAND)
     is_cls = torch.tensor([t in ("[CLS]", "<s>", "<cls>") for t in tokens])
     is_sep = torch.tensor([t in ("[SEP]", "</s>", "<sep>") for t in tokens])
     is_punct = torch.tensor([is_period_or_comma(t) for t in tokens])       # as Clark et al.
-    first = torch.zeros(n, dtype=torch.bool)
-    first[0] = True
     within = None
     if segments is not None and segments.unique().numel() > 1:
         same = segments[:, None] == segments[None, :]                  # (n, n)
-        within = (maps * same.to(maps.dtype)).sum(-1).mean(-1)
-    prev_arg, next_arg, self_arg = offset_argmax(maps, (-1, 1, 0))
-    cls_mass, sep_mass, punct_mass, first_mass = token_mass(
-        maps, torch.stack([is_cls, is_sep, is_punct, first]))
+        within = (maps * same.to(maps.dtype)).sum(-1).mean(-1).float()
+    cls_mass, sep_mass, punct_mass = token_mass(maps, torch.stack([is_cls, is_sep, is_punct]))
+    f32 = {name: t.float() for name, t in summary.items()}
     return HeadMetrics(
-        entropy=ent, entropy_ratio=ratio, confidence=confidence(maps),
-        prev=offset_mass(maps, -1), next=offset_mass(maps, 1), self=offset_mass(maps, 0),
-        prev_argmax=prev_arg, next_argmax=next_arg, self_argmax=self_arg,
-        cls=cls_mass, sep=sep_mass, punct=punct_mass, first=first_mass, within_segment=within)
+        **{name: f32[name] for name in (
+            "entropy", "entropy_ratio", "max_weight", "prev_mass", "next_mass", "self_mass",
+            "prev_argmax", "next_argmax", "self_argmax", "sink_mass", "local_mass",
+            "distance", "local_uniform")},
+        cls=cls_mass.float(), sep=sep_mass.float(), punct=punct_mass.float(),
+        special_mass=(sep_mass + punct_mass).float(), within_segment=within,
+        match_mass=f32.get("match_mass"), dup_mass=f32.get("dup_mass"))
 
 
 def numba_installed() -> bool:

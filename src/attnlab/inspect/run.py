@@ -147,6 +147,16 @@ class Inspection:
                 "layers x heads": f"{self.layers} x {self.heads}",
                 "captures": ", ".join(c.kind for c in self.captures)}
 
+    def table(self):
+        """One row per head: layer, head, label and every per-head mean the maps gave (the
+        census's columns; see :func:`attnlab.inspect.labels.head_table`)."""
+        from dataclasses import fields
+
+        from attnlab.inspect.labels import head_table
+
+        m = self.metrics
+        return head_table(self.taxonomy.labels, {f.name: getattr(m, f.name) for f in fields(m)})
+
     @property
     def layers(self) -> int:
         """Number of layers."""

@@ -358,7 +358,7 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
         loss = F.cross_entropy(out.logits[0, :-1].float(), ids[1:]).item()
         notes.append(f"next-token loss on the text {loss:.3f} nats")
     ins = _square(maps, tokens, text, notes, kind=kind, model=name,
-                  ids=ids if causal else None,
+                  ids=ids,
                   position=len(tokens) - 1 if causal else 0)
     ins.captures[0].attach(rec.vectors(0, kind=kind if kind in rec.kinds else None))
     return ins

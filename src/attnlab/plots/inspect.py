@@ -11,8 +11,8 @@ import matplotlib
 import numpy as np
 import torch
 
+from attnlab.inspect.labels import LABEL_COLORS, LABELS
 from attnlab.inspect.metrics import METRIC_TITLES
-from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
 from attnlab.plots._figure import figure
 from attnlab.plots.heatmap import draw_heatmap, save_heatmap
 
@@ -165,8 +165,8 @@ def save_figures(ins, out_dir: Path, head: tuple[int, int] | None = None) -> dic
     layer, h = head if head is not None else _most_confident(ins)
     figs["head"] = save_head(ins.maps[layer, h], ins.tokens, layer, h, out_dir)[0]
     figs["model_grid"] = save_model_grid(ins.maps, out_dir)[0]
-    for name in ("entropy_ratio", "confidence", "prev", "next", "self", "cls", "sep", "punct",
-                 "first", "within_segment"):
+    for name in ("entropy_ratio", "max_weight", "prev_mass", "next_mass", "self_mass", "cls",
+                 "sep", "punct", "sink_mass", "local_mass", "within_segment"):
         values = getattr(ins.metrics, name, None)
         if values is not None:
             figs[f"metric_{name}"] = save_metric_grid(values, name, out_dir)[0]
@@ -185,7 +185,7 @@ def save_figures(ins, out_dir: Path, head: tuple[int, int] | None = None) -> dic
 
 
 def _most_confident(ins) -> tuple[int, int]:
-    flat = int(ins.metrics.confidence.flatten().argmax())
+    flat = int(ins.metrics.max_weight.flatten().argmax())
     return divmod(flat, ins.heads)
 
 

@@ -31,8 +31,8 @@ import torch
 
 from attnlab import __version__
 from attnlab._files import write_text_atomic
+from attnlab.inspect.labels import LABEL_COLORS, LABELS
 from attnlab.inspect.metrics import METRIC_TITLES, HeadMetrics
-from attnlab.inspect.taxonomy import LABEL_COLORS, LABELS
 
 if TYPE_CHECKING:
     from attnlab.inspect.run import Inspection
@@ -69,7 +69,7 @@ def _metric_dict(m: HeadMetrics, tokens: list[str]) -> dict[str, list]:
             continue
         if name in ("cls", "sep") and f"[{name.upper()}]" not in tokens:
             continue
-        if name == "first" and tokens and tokens[0] == "[CLS]":
+        if name == "sink_mass" and tokens and tokens[0] == "[CLS]":
             continue
         out[name] = [[round(float(x), 4) for x in row] for row in t]
     return out

@@ -50,7 +50,7 @@ function drawGrid(){
       cell.style.background = css(c);
       cell.style.color = (c[0] * 0.3 + c[1] * 0.6 + c[2] * 0.1) > 140 ? '#000' : '#fff';
       cell.style.borderColor = D.colors[lab] || '#888';
-      cell.textContent = lab === 'mixed' ? '·' : lab[0].toUpperCase();
+      cell.textContent = D.letters[lab] || '?';
       cell.addEventListener('mouseenter', () => {
         $('grid-value').textContent = 'L' + l + ' H' + h + ': ' + num(v) + ' (' + lab + ')';
       });

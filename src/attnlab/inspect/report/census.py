@@ -35,8 +35,8 @@ import torch
 
 from attnlab import __version__
 from attnlab._files import write_text_atomic
+from attnlab.inspect.labels import LABEL_COLORS, LETTERS
 from attnlab.inspect.report import _json_island, asset
-from attnlab.inspect.taxonomy import LABEL_COLORS
 
 CURVE_POINTS = 2048     # curves: bin means over at most this many bins
 ROW_KEYS = 64           # exact rows: each head's largest weights kept, the rest as one mass
@@ -45,11 +45,9 @@ CURVES = (("entropy", "entropy (nats)"), ("sink_mass", "sink mass"),
           ("distance", "mean attention distance"), ("received", "attention received"))
 GRID_STATS = (("entropy_ratio", "entropy / uniform"), ("sink_mass", "sink mass"),
               ("prev_mass", "previous-token mass"), ("local_mass", "local mass"),
-              ("distance", "mean distance"), ("induction", "induction (prefix matching)"),
+              ("distance", "mean distance"), ("match_mass", "induction (prefix matching)"),
               ("max_weight", "largest weight"))
-_COLORS = {**LABEL_COLORS, "induction": "#d62728", "sink": "#7f7f7f",
-           "previous token": "#1f77b4", "local": "#2ca02c", "broad": "#9467bd",
-           "mixed": "#bcbd22"}
+_COLORS = LABEL_COLORS
 
 
 def log_codes(w: torch.Tensor) -> bytes:
@@ -99,6 +97,7 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "model": c.model, "n": n, "L": L, "H": H, "tokens": c.tokens, "bin": size,
         "layer_names": c.layer_names, "labels": c.labels,
         "colors": {k: _COLORS.get(k, "#888") for row in c.labels for k in row},
+        "letters": LETTERS,
         "grid": [[k, t] for k, t in GRID_STATS if k in summary], "summary": summary,
         "curve_titles": [list(x) for x in CURVES], "curves": curves,
         "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),

@@ -1,0 +1,96 @@
+"""One label table for both routes: full maps (show() up to 1,024 tokens) and the census
+(past it) give the same labels and the same numbers for the same heads of the same text;
+the rule table names every threshold once with its source; diagnose, inspect's metrics and
+the census agree to 1e-6 on the same heads."""
+
+import pytest
+import torch
+
+from attnlab.core.stats import attention_stats
+from attnlab.diagnose import head_health
+from attnlab.inspect import census, show
+from attnlab.inspect import labels as table
+from attnlab.inspect.metrics import head_metrics
+from attnlab.inspect.show import load_kjv
+from attnlab.zoo import kjv
+
+SHARED = ("entropy", "entropy_ratio", "max_weight", "sink_mass", "prev_mass", "self_mass",
+          "next_mass", "local_mass", "distance", "match_mass", "dup_mass", "prev_argmax",
+          "next_argmax", "self_argmax")
+
+
+def test_the_rule_table_names_each_threshold_once_with_its_source():
+    labels = [r.label for r in table.RULES]
+    letters = [r.letter for r in table.RULES]
+    assert len(set(labels)) == len(labels) and len(set(letters)) == len(letters)
+    assert table.LABELS == (*labels, table.NONE) and table.NONE == "heterogeneous"
+    assert all(r.source for r in table.RULES)
+    line = table.legend()
+    for r in table.RULES:
+        assert r.describe() in line
+    import attnlab.inspect.taxonomy as tax
+
+    census_module = __import__("sys").modules["attnlab.inspect.census"]
+    for module in (tax, census_module):                   # no threshold of their own
+        assert not {"SINK", "INDUCTION", "PREVIOUS", "LOCAL", "BROAD", "MASS"} & set(vars(module))
+
+
+def test_diagnose_metrics_and_census_agree_on_the_same_heads():
+    """Three routes over the same q, k (causal, crossing tiles): dense float64 maps through
+    inspect's head metrics, the tiled pass reduced by labels.summarize (the census's
+    reduction), and diagnose's head_health."""
+    g = torch.Generator().manual_seed(3)
+    n, h = 150, 3
+    q = torch.randn(1, h, n, 16, generator=g, dtype=torch.float64)
+    k = torch.randn(1, h, n, 16, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, 9, (n,), generator=g)
+    s = (q @ k.transpose(-1, -2)) / 4.0
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    maps = torch.softmax(s, -1)                                     # (1, H, N, N)
+    dense = head_metrics(maps, ["t"] * n, ids=ids)
+    st = attention_stats(q, k, causal=True, ids=ids, block=(16, 32))
+    rows = {name: getattr(st, name)[0][None] for name in (
+        "entropy", "max_weight", "argmax", "tied", "sink_mass", "prev_mass", "self_mass",
+        "next_mass", "local_mass", "distance", "match_mass", "dup_mass", "received")}
+    tiled = table.summarize(rows, torch.isfinite(st.lse[0])[None], causal=True, ids=ids)
+    for name in SHARED:
+        a, b = getattr(dense, name).double(), tiled[name].double()
+        scale = max(float(a.abs().max()), 1.0)
+        assert float((a - b).abs().max()) <= 1e-6 * scale, name
+    health = head_health(q, k, causal=True, block_q=16, block_k=32)
+    assert float((health.entropy.double() - dense.entropy[0].double()).abs().max()) <= 1e-6
+    assert float((health.sink_mass.double() - dense.sink_mass[0].double()).abs().max()) <= 1e-6
+
+
+@pytest.mark.xdist_group("kjv_1024")
+def test_labels_do_not_switch_with_the_route_at_1024_tokens():
+    """kjv on 1,023 bytes (show(): every map) and 1,025 bytes (show(): the census) of one
+    text, and the census of the 1,023: one label per head, and the numbers of the two routes
+    on the same 1,023 bytes within float32 rounding."""
+    model, tok = load_kjv()
+    text = kjv.corpus("heldout")[:1025]
+    maps = show(model, tok, text[:1023])
+    long = show(model, tok, text)
+    same = census(model, tok, text[:1023])
+    assert type(maps).__name__ == "Inspection" and type(long).__name__ == "Census"
+    assert maps.taxonomy.labels == same.labels == long.labels
+    assert {"previous token", "local"} <= {x for row in same.labels for x in row}
+    for name in SHARED:
+        a, b = getattr(maps.metrics, name).double(), same.summary[name].double()
+        assert float((a - b).abs().max()) <= 1e-6 * max(float(a.abs().max()), 1.0), name
+    both = maps.table()
+    assert list(both.columns[:3]) == ["layer", "head", "label"] and len(both) == 32
+    diff = same.compare(long, names=("1023", "1025"))
+    assert not diff["changed"].any()
+    assert float(diff["delta_entropy"].abs().max()) < 0.05     # two more bytes of 1,025
+
+
+def test_local_is_not_given_where_the_band_covers_the_text():
+    model, tok = load_kjv()
+    text = kjv.corpus("heldout")[:40]
+    c = census(model, tok, text)
+    ins = show(model, tok, text)
+    assert "local" not in {x for row in c.labels for x in row}
+    assert c.labels == ins.taxonomy.labels
+    assert any("no head is labelled local" in note for note in c.notes)
+    assert float(c.summary["local_uniform"].min()) >= 0.5
