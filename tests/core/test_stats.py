@@ -162,15 +162,25 @@ def test_pooled_and_rows_are_checked():
         attention_stats(q, k, rows=[3, 10])
 
 
-def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
+@pytest.mark.parametrize("slow", [False, True])
+def test_rows_picked_by_a_function_of_the_largest_weights(slow):
+    """rows= as a function: called once with the rows' largest weights (BH, N_q), on the
+    fast path (a pass of maxima first) and the general one; its rows come back exact."""
     q, k = _qkv(1, 2, 100, 100, seed=7)
-    q[..., 80, :] *= 20                                  # row 80 becomes the sharpest late row
-    got = attention_stats(q.float(), k.float(), causal=True, rows=[3], sharpest=2, block=BLOCK)
+    q[..., 80, :] *= 20                                  # row 80: the largest top weight
+    seen = []
+
+    def pick(top):
+        seen.append(top.shape)
+        return [3, int(top.mean(0).argmax())]
+
+    got = attention_stats(q.float(), k.float(), causal=True, rows=pick, block=BLOCK, slow=slow)
     gold, _ = _gold(q, k, causal=True)
-    assert got.row_index.tolist()[0] == 3 and 80 in got.row_index.tolist()
-    assert all(i >= 50 for i in got.row_index.tolist()[1:]) and len(got.row_index) == 3
+    assert seen == [(2, 100)] and got.row_index.tolist()[0] == 3
     torch.testing.assert_close(got.row_weights.double(), gold.weights[..., got.row_index, :],
                                atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="rows must be query indices"):
+        attention_stats(q.float(), k.float(), causal=True, rows=lambda top: [100])
 
 
 FAST = {  # the first pass is the tiled forward itself (see stats._fast): causal-like masks

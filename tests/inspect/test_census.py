@@ -243,3 +243,16 @@ def test_rotary_models_run_past_their_positions_with_a_note_learned_ones_refuse(
     assert c.length == 130 and any("past the model's 100 positions" in n for n in c.notes)
     with pytest.raises(ValueError, match="more than the 2048 positions"):
         census(build("gpt2"), input_ids=torch.ones(1, 2049, dtype=torch.long))
+
+
+def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
+    from attnlab.core.stats import attention_stats
+    from attnlab.inspect.census import sharpest_rows
+
+    g = torch.Generator().manual_seed(7)
+    q, k = torch.randn(1, 2, 100, 8, generator=g), torch.randn(1, 2, 100, 8, generator=g)
+    q[..., 80, :] *= 20                                  # row 80 becomes the sharpest late row
+    got = attention_stats(q, k, causal=True, rows=sharpest_rows([3], 2), block=(16, 32))
+    assert got.row_index.tolist()[0] == 3 and 80 in got.row_index.tolist()
+    assert all(i >= 50 for i in got.row_index.tolist()[1:]) and len(got.row_index) == 3
+    assert sharpest_rows([3], 0) == [3]

@@ -52,10 +52,11 @@ With ``health=True`` (the general pass), also per row what the training diagnost
 Pass 2 can also keep pictures and exact rows, still without the matrix: ``pooled=G`` pools the
 weights onto a ``G x G`` grid of cells of ``ceil(N_q / G) x ceil(N_k / G)`` weights
 (``pooled_mean``: the cell's mean weight, masked weights counting as 0; ``pooled_max``: its
-largest), and ``rows=`` keeps the whole weight rows of the queries named (``row_weights``),
-with ``sharpest=n`` the n rows of the second half with the largest mean ``max_weight`` over the
-heads added (``row_index`` says which rows came back, in order; late rows see many keys, so a
-large top weight there is a choice, not a lack of keys).
+largest), and ``rows=`` keeps the whole weight rows of the queries named (``row_weights``;
+``row_index`` says which rows came back, in order). ``rows`` may also be a function of the
+rows' largest weights ``(BH, N_q)`` that returns the indices, called once those are known
+(a report picks its rows by what the heads do: :mod:`attnlab.inspect.census` takes each
+layer's sharpest late rows that way).
 
 A row that keeps no key (fully masked) has lse ``-inf`` and every statistic 0 (argmax -1),
 never NaN. ``queries=`` names the rows that count (a padded sequence's real tokens): the others
@@ -135,7 +136,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                     sink_keys: int = 1, sink_start: int = 0, band: int = 16,
                     columns: bool = True, ids: torch.Tensor | None = None,
                     queries: torch.Tensor | None = None, pooled: int | None = None,
-                    rows=None, sharpest: int = 0, health: bool = False, slow: bool = False,
+                    rows=None, health: bool = False, slow: bool = False,
                     block: tuple[int, int] | None = None) -> AttentionStats:
     """Statistics of the attention weights of ``softmax(q k^T * scale / T + mask)``, in memory
     linear in the sequence length (see the module docstring).
@@ -160,8 +161,8 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
             ``(..., G_q, G_k)`` with ``G_q = ceil(N_q / ceil(N_q / G))`` (at most G; N_q
             itself when N_q <= G). Implies the second pass.
         rows: query indices whose exact weights are returned, ``row_weights (..., R, N_k)``
-            in the order given. Implies the second pass.
-        sharpest: add this many rows chosen after the first pass (see the module docstring).
+            in the order given, or a function ``pick(max_weight (BH, N_q)) -> indices`` called
+            once the largest weights are known. Implies the second pass.
         health: also the scores' sums, maxima and kept counts and the softmax Jacobian's terms
             per row (see the module docstring; takes the general pass).
         slow: always take the general online pass (the fast path's specification in tests).
@@ -208,14 +209,11 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
             except RuntimeError:
                 raise ValueError(f"queries of shape {tuple(queries.shape)} does not broadcast "
                                  f"to {(*spec.batch_shape, spec.n_q)}") from None
-        if sharpest and rows is None:
-            rows = []
-        if rows is not None:
-            rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
-            bad = (rows < 0) | (rows >= spec.n_q)
-            if bad.any():
-                raise ValueError(f"rows must be query indices in [0, {spec.n_q}), got "
-                                 f"{rows[bad].tolist()[:5]}")
+        pick = rows if callable(rows) else None
+        rows = None if pick is not None else _checked_rows(rows, spec.n_q)
+        if pick is not None:
+            def pick(top, _user=pick, _n=spec.n_q):         # the indices the function gives
+                return _checked_rows(_user(top), _n).to(top.device)
         with (tile_sizes(*block) if block is not None else contextlib.nullcontext()):
             if _fast(spec, sink) and not slow and not health:
                 vf = None
@@ -223,12 +221,12 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(
                         n_kv, spec.n_k, v.shape[-1]).to(compute)
                 out = _tile_stats_fast(qf, kf, vf, spec, (sink_start, sink_keys), band,
-                                       columns, ids, pooled, rows, sharpest, keep_rows)
+                                       columns, ids, pooled, rows, pick, keep_rows)
                 if out["out"] is not None:
                     out["out"] = out["out"].to(q.dtype)
             else:
                 out = _tile_stats(qf, kf, spec, sink, (sink_start, sink_keys), band, columns,
-                                  ids, pooled, rows, sharpest, keep_rows, health)
+                                  ids, pooled, rows, pick, keep_rows, health)
         if keep_rows is not None:
             _drop_rows(out, keep_rows)
     shape = spec.batch_shape
@@ -237,6 +235,17 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
     return AttentionStats(**{name: (None if t is None else
                                     t.reshape(*shape, *t.shape[1:]))
                              for name, t in out.items()}, row_index=index)
+
+
+def _checked_rows(rows, n_q: int) -> torch.Tensor | None:
+    if rows is None:
+        return None
+    rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
+    bad = (rows < 0) | (rows >= n_q)
+    if bad.any():
+        raise ValueError(f"rows must be query indices in [0, {n_q}), got "
+                         f"{rows[bad].tolist()[:5]}")
+    return rows
 
 
 def _drop_rows(out: dict, keep: torch.Tensor) -> None:
@@ -428,10 +437,10 @@ class _Extra:
 
 
 def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: bool, ids,
-                     pooled=None, rows=None, sharpest: int = 0, keep=None) -> dict:
+                     pooled=None, rows=None, pick=None, keep=None) -> dict:
     """:func:`_tile_stats` where :func:`_fast` holds: the forward with extra value columns,
     then one pass over the tiles for the maxima, the band's masses, prefix matching and (where
-    asked) the column sums, pooled maps and rows; the sharpest rows cost a pass of maxima
+    asked) the column sums, pooled maps and rows; rows picked by a function cost a pass of maxima
     before it."""
     out, lse, entropy, distance, sink_mass, m_u, r_u = _forward_stats(q, k, v, spec, sink)
     tiles = Tiles(spec, q.shape[0], None)
@@ -440,14 +449,14 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
     before = None
     if ids is not None:
         before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
-    if sharpest:            # the sharpest rows need the maxima first: a pass of their own
+    if pick is not None:    # rows picked by their largest weights: a pass of maxima first
         first = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None,
                                   None)
         top = torch.where(empty, torch.zeros_like(lse),
                           tiles.exp(first["best"] - m_u - r_u))
         if keep is not None:
             top = torch.where(keep, top, torch.zeros_like(top))
-        rows = _with_sharpest(rows, top, sharpest, spec.n_q, q.device)
+        rows = pick(top)
     rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
                              pooled, rows, keep)
     zero = torch.zeros_like(lse)
@@ -465,18 +474,8 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
     return {**stats, **extra, "row_index": rows, "out": out}
 
 
-def _with_sharpest(rows, max_weight, sharpest: int, n_q: int, dev):
-    if not sharpest:
-        return rows
-    late = max_weight.mean(0)[n_q // 2:]
-    late = torch.where(torch.isin(torch.arange(n_q // 2, n_q, device=dev), rows.to(dev)),
-                       -1.0, late)
-    pick = late.topk(min(sharpest, late.numel())).indices + n_q // 2
-    return torch.cat([rows.to(dev), pick.sort().values])
-
-
 def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, columns: bool, ids,
-                pooled=None, rows=None, sharpest: int = 0, keep=None,
+                pooled=None, rows=None, pick=None, keep=None,
                 health: bool = False) -> dict:
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
     dev, dt = q.device, q.dtype
@@ -595,9 +594,9 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
     top = tiles.exp(torch.where(keyless, m_all, best) - m_all) * inv_l
     stats["max_weight"] = torch.where(keyless, torch.zeros_like(top), top)
     argmax = torch.where(keyless, torch.full_like(argmax, -1), argmax)
-    top_w = stats["max_weight"] if keep is None else torch.where(
-        keep, stats["max_weight"], torch.zeros_like(stats["max_weight"]))
-    rows = _with_sharpest(rows, top_w, sharpest, n_q, dev)
+    if pick is not None:
+        rows = pick(stats["max_weight"] if keep is None else torch.where(
+            keep, stats["max_weight"], torch.zeros_like(stats["max_weight"])))
     # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
     extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep)
     stats["tied"] = tied & ~keyless

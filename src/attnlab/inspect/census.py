@@ -122,12 +122,33 @@ class _Collector:
                                 value.detach() if fuse else None, sink_keys=self.sink_keys,
                                 sink_start=self.sink_start, queries=self.real,
                                 band=self.band, ids=self.ids, pooled=self.pooled,
-                                rows=self.rows, sharpest=self.sharpest,
+                                rows=sharpest_rows(self.rows, self.sharpest),
                                 **{k: _first(v) for k, v in options.items()})
         causal = bool(options.get("causal")) or getattr(module, "is_causal", False)
         out, stats.out = stats.out, None
         self.layers.append((name, stats, causal))
         return out
+
+
+def sharpest_rows(rows, sharpest: int):
+    """The census's rows: those named, plus (with ``sharpest=n``) the n rows of the second
+    half whose largest weight, averaged over the heads, is largest -- late rows see many keys,
+    so a large top weight there is a choice, not a lack of keys. A function of the largest
+    weights for :func:`attnlab.core.stats.attention_stats` (``rows=``), or the named rows
+    alone (None when there are none and none are picked)."""
+    if not sharpest:
+        return rows
+    named = torch.as_tensor([] if rows is None else rows, dtype=torch.long).reshape(-1)
+
+    def pick(max_weight: torch.Tensor) -> torch.Tensor:
+        n_q = max_weight.shape[-1]
+        late = max_weight.float().mean(0)[n_q // 2:]
+        late_pos = torch.arange(n_q // 2, n_q, device=late.device)
+        late = torch.where(torch.isin(late_pos, named.to(late.device)), -1.0, late)
+        chosen = late.topk(min(sharpest, late.numel())).indices + n_q // 2
+        return torch.cat([named.to(late.device), chosen.sort().values])
+
+    return pick
 
 
 def _first(v):
