@@ -94,3 +94,31 @@ def test_local_is_not_given_where_the_band_covers_the_text():
     assert c.labels == ins.taxonomy.labels
     assert any("no head is labelled local" in note for note in c.notes)
     assert float(c.summary["local_uniform"].min()) >= 0.5
+
+
+def test_the_note_past_the_trained_length_states_what_the_maps_show():
+    """MiniLM (trained at 128 tokens) on 300 tokens: the note names the head whose
+    previous-token mass changes most at 128 and its numbers, computed here from the maps the
+    report shows; the part before 128 is the one that changes (keys past it pull queries)."""
+    import re
+
+    from attnlab.inspect.run import inspect_texts
+
+    text = kjv.corpus("heldout")[:1300]
+    ins = inspect_texts([(text, None)], model="default", truncate=True, flow_mode=False)
+    n = len(ins.tokens)
+    assert n > 128
+    note = next(x for x in ins.notes if "trained at" in x)
+    maps = ins.maps.double()
+    i = torch.arange(1, n)
+    prev = maps[..., i, i - 1]
+    before, after = prev[..., :127].mean(-1), prev[..., 127:].mean(-1)
+    layer, head = divmod(int((after - before).abs().flatten().argmax()), ins.heads)
+    said = re.search(r"L(\d+)H(\d+) puts ([0-9.]+) .* 1-127 and ([0-9.]+) at queries 128-", note)
+    assert said and (int(said[1]), int(said[2])) == (layer, head), note
+    assert float(said[3]) == pytest.approx(float(before[layer, head]), abs=0.006)
+    assert float(said[4]) == pytest.approx(float(after[layer, head]), abs=0.006)
+    assert float(before[layer, head]) < 0.5 < float(after[layer, head])   # MiniLM's L0H2
+    pulled = float((maps[layer, head, 1:128].argmax(-1) >= 128).double().mean())
+    assert f"{pulled:.0%} of its queries 1-127" in note
+    assert "never learned, and heads" not in note and "at most 128 tokens" in note

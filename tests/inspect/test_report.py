@@ -6,6 +6,7 @@ import json
 import pytest
 
 from attnlab.cli import main
+from attnlab.inspect.labels import LABEL_COLORS
 from tests.helpers import open_report
 
 # One worker builds the report fixture (make test runs xdist with --dist loadgroup).
@@ -193,7 +194,14 @@ def test_values_under_the_cursor_are_the_weights_at_1000_tokens(tmp_path):
             true = float(maps[0, 1, int(i), int(j)])
             shown = float(value)
             assert abs(shown - true) <= max(0.01 * true, 1e-6), (text, true)
+            # the digits the 16-bit code carries: 3 significant above 1e-4, the 2e-6 step below
+            digits = value.lstrip("0.").replace(".", "")
+            assert (len(digits) <= 3 if shown >= 1e-4 else len(value.split(".")[1]) == 6), text
             seen += true > 0
+        low = page.text_content("[data-el=map-bar] .lo")      # the log scale's low end
+        assert low.startswith("\u2264") and float(low[1:]) > 0, low
+        tags = page.locator("[data-el=taxonomy] .tag").all_text_contents()
+        assert tags and all(t in LABEL_COLORS for t in tags), tags[:5]    # whole words
     assert seen >= 6 and opened.errors == []
 
 

@@ -183,10 +183,45 @@ def trained_length(path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def past_trained(maps: torch.Tensor, trained: int) -> dict:
+    """What happens past the length a model was trained at, measured on the maps of one text
+    ``(L, H, n, n)`` with ``n > trained``: the head whose previous-token mass changes most
+    there (``head``), its previous-token mass at queries ``1..trained-1`` (``before``) and at
+    ``trained..n-1`` (``after``), and the share of queries ``1..trained-1`` of that head whose
+    largest weight lies on a key at or past ``trained`` (``pulled``)."""
+    maps = maps.double()
+    n = maps.shape[-1]
+    i = torch.arange(1, n)
+    prev = maps[..., i, i - 1]                                       # (L, H, n - 1)
+    before, after = prev[..., :trained - 1].mean(-1), prev[..., trained - 1:].mean(-1)
+    change = (after - before).abs()
+    layer, head = divmod(int(change.flatten().argmax()), maps.shape[1])
+    top = maps[layer, head, 1:trained].argmax(-1)                     # rows 1..trained-1
+    return {"head": (layer, head), "before": float(before[layer, head]),
+            "after": float(after[layer, head]),
+            "pulled": float((top >= trained).double().mean())}
+
+
+def trained_note(maps: torch.Tensor, trained: int, where: str = "") -> str:
+    """The note for a text past the trained length, with the numbers of
+    :func:`past_trained` on the text at hand and what to do."""
+    n = maps.shape[-1]
+    m = past_trained(maps, trained)
+    layer, head = m["head"]
+    return (f"{where}{n} tokens, past the {trained} the model was trained at (its model "
+            f"card); its attention changes there, measured on this text: L{layer}H{head} puts "
+            f"{m['before']:.2f} of its mass on the previous token at queries 1-{trained - 1} "
+            f"and {m['after']:.2f} at queries {trained}-{n - 1}, and {m['pulled']:.0%} of its "
+            f"queries 1-{trained - 1} put their largest weight on a key at or past {trained} "
+            f"(positions it never learned). Read the heads on at most {trained} tokens: cut "
+            f"the text, or give --file one passage of at most {trained} tokens per line")
+
+
 def reading_notes(tokens: list[str], unk: str | None, trained: int | None,
-                  index: int | None = None) -> list[str]:
+                  index: int | None = None, maps: torch.Tensor | None = None) -> list[str]:
     """What a reader must know about how the model read a text: words its vocabulary cannot
-    read (unknown tokens), and positions past the length it was trained at."""
+    read (unknown tokens), and positions past the length it was trained at (with ``maps``,
+    what changes there, measured: :func:`trained_note`)."""
     where = "" if index is None else f"text {index + 1}: "
     notes = []
     n = len(tokens)
@@ -195,10 +230,11 @@ def reading_notes(tokens: list[str], unk: str | None, trained: int | None,
         notes.append(f"{where}{unknown} of {n} tokens are {unk}: the model's vocabulary does not "
                      "read this text (for example Chinese in an English model); its attention "
                      "over them says little")
-    if trained is not None and n > trained:
+    if trained is not None and n > trained and maps is not None:
+        notes.append(trained_note(maps, trained, where))
+    elif trained is not None and n > trained:
         notes.append(f"{where}{n} tokens, past the {trained} the model was trained at (its "
-                     f"model card): positions {trained}..{n - 1} are ones it never learned, "
-                     "and heads that follow positions (previous-token) go astray there")
+                     f"model card): positions {trained}..{n - 1} are ones it never learned")
     return notes
 
 
@@ -284,7 +320,7 @@ def inspect_texts(texts: list[tuple[str, str | None]], model: str = "default",
             rec.vectors(0, attention_mask=batch["attention_mask"])))
         notes += reading_notes(tokens, getattr(tok, "unk_token", None),
                                None if path is None else trained_length(path),
-                               i if len(texts) > 1 else None)
+                               i if len(texts) > 1 else None, maps)
         if first is None:
             first = (batch, tokens, seg, maps)
         if progress is not None:
