@@ -240,7 +240,19 @@ def test_rotary_models_run_past_their_positions_with_a_note_learned_ones_refuse(
     model = build("llama").eval()
     model.config.max_position_embeddings = 100
     c = census(model, input_ids=torch.randint(3, V, (1, 130)))
-    assert c.length == 130 and any("past the model's 100 positions" in n for n in c.notes)
+    assert c.length == 130 and c.trained == 100
+    assert any("past the 100 positions the model was trained at" in n for n in c.notes)
+    # labelled on the trained positions, the rest beside them
+    ent = c.stats["entropy"].double()
+    assert torch.allclose(c.summary["entropy"].double(), ent[..., :100].mean(-1), atol=1e-6)
+    assert torch.allclose(c.summary_past["entropy"].double(), ent[..., 100:].mean(-1),
+                          atol=1e-6)
+    table = c.table()
+    assert {"label_past", "entropy_past"} <= set(table.columns)
+    same = census(model, input_ids=torch.randint(3, V, (1, 130)), trained=200)
+    assert same.trained is None and not same.labels_past      # 130 tokens: within 200
+    with pytest.raises(ValueError, match="trained must be an int >= 2"):
+        census(model, input_ids=torch.randint(3, V, (1, 130)), trained=0)
     with pytest.raises(ValueError, match="more than the 2048 positions"):
         census(build("gpt2"), input_ids=torch.ones(1, 2049, dtype=torch.long))
 

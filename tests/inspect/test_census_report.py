@@ -62,16 +62,19 @@ def test_at_32k_tokens_small_fast_and_every_panel_works(big):
         page.click(".cell[data-layer='2'][data-head='5']")
         assert page.text_content("[data-el=head-title]").startswith("Layer 2, head 5")
         curves = page.locator("[data-el=curves] canvas")
-        assert curves.count() == 4
+        assert curves.count() == 7        # sink, previous, local, prefix matching, entropy,
+        #                                   distance, received
         box = curves.nth(0).bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
         assert re.search(r"positions \d+–\d+", page.text_content("[data-el=curve-value]"))
-        cmap = page.locator("[data-el=cmap]")
+        cmap = page.locator("[data-el=cmap-frame]")
         cmap.scroll_into_view_if_needed()
         box = cmap.bounding_box()
-        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.8)
+        left, top, side, width, height = 64, 10, 512, 64 + 512 + 70, 10 + 512 + 44
+        page.mouse.move(box["x"] + box["width"] * (left + 0.2 * side) / width,
+                        box["y"] + box["height"] * (top + 0.8 * side) / height)
         text = page.text_content("[data-el=map-value]")
-        q0, k0, shown = re.search(r"queries (\d+)–\d+ .*keys (\d+)–\d+ .*≈ (\S+)$",
+        q0, k0, shown = re.search(r"queries (\d+)–\d+, keys (\d+)–\d+: .*≈ (\S+)$",
                                   text).groups()
         cell = c.maps["mean"][2, 5, int(q0) // 128, int(k0) // 128]
         assert abs(float(shown) - float(cell)) <= 0.044 * float(cell)
@@ -100,12 +103,13 @@ def test_rows_shown_are_the_weights(tmp_path):
         page = opened.page
         page.click(".cell[data-layer='1'][data-head='2']")
         page.select_option("[data-el=row]", "1")                 # query 150
-        cells = page.locator("[data-el=row-table] tr").all_text_contents()[1:]
-        assert len(cells) == 12
-        for line in cells:
-            key, weight = re.match(r"(\d+)\"\d+\"(\S+)$", line).groups()
+        lines = page.locator("[data-el=row-table] tr")
+        assert lines.count() == 13
+        for i in range(1, 13):
+            key, context, weight = lines.nth(i).locator("td").all_text_contents()
             true = float(maps[1][0, 2, 150, int(key)])
-            assert abs(float(weight) - true) <= 5e-4 * true, (line, true)
+            assert abs(float(weight) - true) <= 5e-4 * true, (key, weight, true)
+            assert "[" in context and "]" in context                    # the key in context
         assert opened.errors == []
 
 
@@ -164,4 +168,49 @@ def test_two_inline_census_reports_in_one_page_each_answer_their_own_clicks(tmp_
             "Layer 2, head 1")
         assert roots.nth(0).locator("[data-el=head-title]").text_content().startswith(
             "Layer 0, head 0")
+        assert opened.errors == []
+
+
+@pytest.mark.xdist_group("kjv_8k")
+def test_the_first_screen_answers_which_heads_are_which_at_8k_tokens(tmp_path):
+    """kjv on 8,000 bytes of Acts (past its 4,096 trained positions): the first screen states
+    which heads are sinks, previous-token, local or induction heads, or that none is, with
+    the numbers, and the legend; every grid cell prints its value; the colour bar is drawn
+    with the label's threshold; the heads are labelled on the trained positions."""
+    import io
+
+    from PIL import Image
+
+    from attnlab.inspect import show
+    from attnlab.inspect.show import load_kjv
+    from attnlab.zoo import kjv
+
+    model, tok = load_kjv()
+    text = (kjv.corpus("heldout") * 4)[:8000]
+    c = show(model, tok, text)
+    assert isinstance(c, Census) and c.trained == 4096
+    c.save(tmp_path / "c.html")
+    height = 1000
+    with open_report(tmp_path / "c.html", viewport=(1300, height), timeout_ms=30_000) as opened:
+        page = opened.page
+        findings = page.locator("[data-el=findings] li").all_text_contents()
+        said = " | ".join(findings)
+        for kind in ("sink", "previous token", "local", "induction"):
+            assert kind in said, said
+        assert "no sink head: largest sink_mass" in said and "no induction head" in said
+        assert page.locator("[data-el=findings]").bounding_box()["y"] < height   # no scroll
+        legend = page.locator("[data-el=legend]")
+        assert "P previous token: prev_mass > 0.5" in legend.text_content()
+        assert legend.bounding_box()["y"] + legend.bounding_box()["height"] <= height
+        cells = page.locator(".cell").all_text_contents()
+        assert len(cells) == 32 and all(re.match(r"^\d+\.\d\d \S$", x) for x in cells), cells
+        bar = page.locator("[data-el=grid-bar]")
+        bar.scroll_into_view_if_needed()
+        img = Image.open(io.BytesIO(bar.screenshot())).convert("RGB")
+        colours = {img.getpixel((x, y)) for x in range(img.width) for y in range(img.height)}
+        assert len(colours) > 100                                # a gradient, not a blank
+        assert any(r > 180 and g < 80 and b < 80 for r, g, b in colours)   # the threshold mark
+        assert page.get_attribute("[data-el=grid-bar]", "data-threshold") == "0.3"
+        assert "from 4,096 on" in page.text_content("[data-el=head-title]")
+        assert page.get_attribute("[data-el=cmap-frame]", "data-drawn") == "1"
         assert opened.errors == []

@@ -47,6 +47,12 @@ class Census:
     layer_names: list[str] = field(default_factory=list)
     maps: dict[str, torch.Tensor] = field(default_factory=dict)
     rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # past the positions the model was trained at: the labels and means above are those of the
+    # queries before ``trained``; these are the same of the queries from it on
+    trained: int | None = None
+    summary_past: dict[str, torch.Tensor] = field(default_factory=dict)
+    labels_past: list[list[str]] = field(default_factory=list)
+    causal: list[bool] = field(default_factory=list)
 
     @property
     def layers(self) -> int:
@@ -65,8 +71,35 @@ class Census:
 
     def table(self):
         """One row per head: layer, head, label and every per-head mean (a pandas DataFrame;
-        :data:`attnlab.inspect.labels.TABLE_COLUMNS` gives the columns and their units)."""
-        return table.head_table(self.labels, self.summary)
+        :data:`attnlab.inspect.labels.TABLE_COLUMNS` gives the columns and their units). Past
+        the trained length, ``label_past`` and ``<statistic>_past`` beside them: the same of
+        the queries from ``trained`` on."""
+        out = table.head_table(self.labels, self.summary)
+        if self.trained is not None:
+            past = table.head_table(self.labels_past, self.summary_past)
+            for name in past.columns[2:]:
+                out[f"{name}_past"] = past[name].values
+        return out
+
+    def changes(self) -> list[str]:
+        """Past the trained length, each head whose label changes there, or whose positional
+        label (local, previous / next token, self) holds while its mean distance more than
+        doubles, in words ("L0H0: local below 4,096 (reads 167 tokens back), heterogeneous
+        above it (1,070 back)"). A broad head reading further back later in a text is what
+        broad means, and is not listed."""
+        if self.trained is None:
+            return []
+        out = []
+        d_in, d_out = self.summary["distance"], self.summary_past["distance"]
+        for layer in range(self.layers):
+            for head in range(self.heads):
+                a, b = self.labels[layer][head], self.labels_past[layer][head]
+                x, y = float(d_in[layer, head]), float(d_out[layer, head])
+                positional = a in ("local", "previous token", "next token", "self")
+                if a != b or (positional and y > 2 * max(x, 1.0)):
+                    out.append(f"L{layer}H{head}: {a} below {self.trained:,} (reads {x:,.0f} "
+                               f"tokens back), {b} above it ({y:,.0f} back)")
+        return out
 
     def compare(self, other: "Census", names=("a", "b")):
         """This census beside ``other`` (the same heads: the same text at 1k and at 16k
@@ -161,7 +194,7 @@ def _first(v):
 def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
            attention_mask=None, inputs=None, sink_keys: int = 1, band: int = 16,
            pooled: int | None = None, rows=None, sharpest: int = 0,
-           name: str | None = None) -> Census:
+           name: str | None = None, trained: int | None = None) -> Census:
     """The census of a model's self-attention on one sequence.
 
     Args:
@@ -178,6 +211,10 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
             :func:`attnlab.core.stats.attention_stats`).
         pooled, rows, sharpest: also the pooled maps (side ``pooled``), the exact weight rows
             of the queries ``rows`` and of each layer's ``sharpest`` late rows.
+        trained: the length the model was trained at (default: a transformers config's
+            ``max_position_embeddings``). A longer sequence's heads are labelled on the queries
+            before it; their statistics from it on come beside (``summary_past``,
+            ``labels_past``, :meth:`Census.changes`).
     """
     from attnlab.integrations import transformers as ah
     from attnlab.nn import _recording
@@ -219,16 +256,27 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     if ids is None:
         ids = torch.arange(collector.layers[0][1].lse.shape[-1])
     tokens = _tokens(tokenizer, ids)
+    if trained is None and is_hf:
+        trained = getattr(model.config, "max_position_embeddings", None)
+    if trained is not None and (not isinstance(trained, int) or isinstance(trained, bool)
+                                or trained < 2):
+        raise ValueError(f"trained must be an int >= 2 (the length the model was trained at), "
+                         f"got {trained!r}")
     out = _assemble(collector, ids if input_ids is not None else None, tokens,
-                    name or type(model).__name__, sink_keys, band, real)
+                    name or type(model).__name__, sink_keys, band, real,
+                    trained if trained is not None and len(tokens) > trained else None)
     if real is not None and not bool(real.all()):
         out.notes.append(f"{int((~real).sum())} padding tokens: their rows count for nothing, "
                          f"and the sink is the first real token (position {sink_start})")
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if is_hf and limit is not None and out.length > limit:
-        out.notes.append(f"{out.length} tokens, past the model's {limit} positions: rotary "
-                         "positions run at any length, and these are the model's statistics "
-                         "there, beyond what it was trained on")
+    if out.trained is not None:
+        moved = out.changes()
+        out.notes.append(
+            f"{out.length:,} tokens, past the {out.trained:,} positions the model was trained "
+            f"at: each head is labelled on its queries before {out.trained:,}; its statistics "
+            f"from {out.trained:,} on are shown beside them. "
+            + (f"{len(moved)} head(s) change there: " + "; ".join(moved[:6])
+               + (f"; and {len(moved) - 6} more" if len(moved) > 6 else "")
+               if moved else "No head's label changes there."))
     if collector.skipped:
         out.notes.append("not counted (not a self-attention over the sequence): "
                          + ", ".join(collector.skipped))
@@ -361,7 +409,8 @@ def _tokens(tokenizer, ids) -> list[str]:
                                       for i, t in zip(ids.tolist(), raw)])
 
 
-def _assemble(collector, ids, tokens, name, sink_keys, band, real=None) -> Census:
+def _assemble(collector, ids, tokens, name, sink_keys, band, real=None,
+              trained: int | None = None) -> Census:
     heads = {n: s.lse.shape[-2] for n, s, _ in collector.layers}
     if len(set(heads.values())) > 1:
         raise ValueError("census takes layers with one number of heads; this model's differ: "
@@ -384,8 +433,15 @@ def _assemble(collector, ids, tokens, name, sink_keys, band, real=None) -> Censu
             rows[layer] = (s.row_index.cpu(), s.row_weights[0].float().cpu())  # (H, R, N)
     seen = torch.isfinite(stats["lse"])                    # rows that count and see a key
     causal = [c for _, _, c in collector.layers]
-    summary = table.summarize(stats, seen, causal=causal, ids=ids, real=real, band=band)
     n = stats["lse"].shape[-1]
+    summary_past, labels_past = {}, []
+    if trained is not None:               # labels on the trained positions, the rest beside
+        before = torch.arange(n) < trained
+        summary_past = table.summarize(stats, seen & ~before, causal=causal, ids=ids,
+                                       real=real, band=band)
+        labels_past = table.label_heads(summary_past)
+        seen = seen & before
+    summary = table.summarize(stats, seen, causal=causal, ids=ids, real=real, band=band)
     notes = []
     share = table.local_means_nothing(n, band, all(causal))
     if share is not None:
@@ -394,4 +450,6 @@ def _assemble(collector, ids, tokens, name, sink_keys, band, real=None) -> Censu
                      "nothing; take a longer text, or a smaller band")
     labels = table.label_heads(summary)
     return Census(name, tokens, stats, summary, labels, sink_keys, band, notes=notes,
-                  layer_names=[n for n, _, _ in collector.layers], maps=maps, rows=rows)
+                  layer_names=[n for n, _, _ in collector.layers], maps=maps, rows=rows,
+                  trained=trained, summary_past=summary_past, labels_past=labels_past,
+                  causal=causal)

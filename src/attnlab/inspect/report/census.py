@@ -35,18 +35,32 @@ import torch
 
 from attnlab import __version__
 from attnlab._files import write_text_atomic
+from attnlab.inspect import labels as table
 from attnlab.inspect.labels import LABEL_COLORS, LETTERS
 from attnlab.inspect.report import _json_island, asset
 
 CURVE_POINTS = 2048     # curves: bin means over at most this many bins
 ROW_KEYS = 64           # exact rows: each head's largest weights kept, the rest as one mass
 LOG_DECADES = 9         # map codes 1..255 cover 1e-9 .. 1
-CURVES = (("entropy", "entropy (nats)"), ("sink_mass", "sink mass"),
-          ("distance", "mean attention distance"), ("received", "attention received"))
-GRID_STATS = (("entropy_ratio", "entropy / uniform"), ("sink_mass", "sink mass"),
-              ("prev_mass", "previous-token mass"), ("local_mass", "local mass"),
-              ("distance", "mean distance"), ("match_mass", "induction (prefix matching)"),
-              ("max_weight", "largest weight"))
+# (statistic, title, unit): curves along the sequence and the head grid
+CURVES = (("sink_mass", "first-token (sink) mass", "share of the row"),
+          ("prev_mass", "previous-token mass", "share of the row"),
+          ("local_mass", "local mass", "share of the row"),
+          ("match_mass", "prefix-matching mass", "share of the row"),
+          ("entropy", "entropy", "nats"),
+          ("distance", "mean attention distance", "tokens back"),
+          ("received", "attention received", "summed over queries"))
+GRID_STATS = (("sink_mass", "first-token (sink) mass", "share of the row"),
+              ("prev_mass", "previous-token mass", "share of the row"),
+              ("local_mass", "local mass", "share of the row"),
+              ("match_mass", "induction (prefix matching)", "share of the row"),
+              ("self_mass", "self mass", "share of the row"),
+              ("dup_mass", "duplicate-token mass", "share of the row"),
+              ("entropy_ratio", "entropy / uniform entropy", "of uniform"),
+              ("distance", "mean distance", "tokens back"),
+              ("max_weight", "largest weight", "weight"))
+# the questions a reader asks first: which heads are of these kinds, or that none is
+FINDINGS = ("sink", "previous token", "local", "induction")
 _COLORS = LABEL_COLORS
 
 
@@ -78,6 +92,46 @@ def _binned(t: torch.Tensor, size: int, seen: torch.Tensor | None = None) -> tor
     return vals.sum(-1) / cnt.sum(-1).clamp_min(1)
 
 
+def findings(c) -> list[str]:
+    """One line per kind of :data:`FINDINGS` and per other label some head carries: the heads
+    with the label and their statistic, or, where none has it, the largest value and its head
+    beside the threshold ("no sink: largest first-token mass 0.003 (L0H4); a sink needs more
+    than 0.3")."""
+    out = []
+    present = {x for row in c.labels for x in row}
+    kinds = list(FINDINGS) + [r.label for r in table.RULES
+                              if r.label in present and r.label not in FINDINGS]
+    where = (f" (queries before {c.trained:,}, the trained length)"
+             if c.trained is not None else "")
+    for label in kinds:
+        rule = table.rule(label)
+        stat = c.summary.get(rule.statistic)
+        if stat is None:
+            out.append(f"{label}: not measured ({rule.statistic} needs the token ids)")
+            continue
+        heads = [(la, h) for la in range(c.layers) for h in range(c.heads)
+                 if c.labels[la][h] == label]
+        if heads:
+            shown = ", ".join(f"L{la}H{h} ({float(stat[la, h]):.2f})" for la, h in heads[:12])
+            more = f" and {len(heads) - 12} more" if len(heads) > 12 else ""
+            out.append(f"{label} ({len(heads)}): {shown}{more} -- {rule.statistic}{where}")
+        else:
+            flat = int(stat.flatten().argmax())
+            la, h = divmod(flat, c.heads)
+            op = ">" if rule.strict else ">="
+            out.append(f"no {label} head: largest {rule.statistic} {float(stat[la, h]):.3f} "
+                       f"(L{la}H{h}); the label needs {op} {rule.threshold:g}{where}")
+    return out
+
+
+def _context(tokens: list[str]) -> int:
+    """How many tokens of context each side a table shows: 12 for a byte or character
+    tokenizer, 5 for words and pieces."""
+    sample = tokens[:2000]
+    short = sum(len(t) <= 1 for t in sample)
+    return 12 if short > 0.8 * max(len(sample), 1) else 5
+
+
 def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
     """What the page's script draws for a :class:`~attnlab.inspect.census.Census`, as one
     JSON-able dict (see the module docstring)."""
@@ -85,12 +139,17 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
     size = max(1, math.ceil(n / CURVE_POINTS))
     seen = torch.isfinite(c.stats["lse"])
     curves = {}
-    for name, _ in CURVES:
+    for name, _, _ in CURVES:
+        if name not in c.stats:
+            continue
         t = c.stats[name]
         binned = _binned(t, size, None if name == "received" else seen)
         curves[name] = [[_round(binned[layer, h]) for h in range(H)] for layer in range(L)]
     summary = {name: [_round(c.summary[name][layer]) for layer in range(L)]
-               for name, _ in GRID_STATS if name in c.summary}
+               for name, _, _ in GRID_STATS if name in c.summary}
+    past = {name: [_round(c.summary_past[name][layer]) for layer in range(L)]
+            for name, _, _ in GRID_STATS if name in c.summary_past}
+    sinks = sum(row.count("sink") for row in c.labels)
     received = c.stats["received"].double().mean((0, 1))
     top = received.topk(min(20, n))
     data = {
@@ -98,8 +157,13 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "layer_names": c.layer_names, "labels": c.labels,
         "colors": {k: _COLORS.get(k, "#888") for row in c.labels for k in row},
         "letters": LETTERS,
-        "grid": [[k, t] for k, t in GRID_STATS if k in summary], "summary": summary,
-        "curve_titles": [list(x) for x in CURVES], "curves": curves,
+        "grid": [[k, t, u] for k, t, u in GRID_STATS if k in summary], "summary": summary,
+        "thresholds": {r.statistic: [r.threshold, r.label] for r in table.RULES},
+        "legend": table.legend(),
+        "curve_titles": [list(x) for x in CURVES if x[0] in curves], "curves": curves,
+        "trained": c.trained, "summary_past": past, "labels_past": c.labels_past,
+        "causal": list(c.causal) or [False] * L, "context": _context(c.tokens),
+        "sinks": sinks,
         "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
                                                                       top.indices.tolist())],
         "sink_keys": c.sink_keys, "band": c.band, "version": __version__,
@@ -153,9 +217,14 @@ def render_census(c, *, standalone: bool = False, inline: bool = False,
     rows = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in settings.items())
     counts = ", ".join(f"{v} {e(k)}" for k, v in c.counts().items())
     notes = "".join(f'<p class="note">{e(x)}</p>' for x in c.notes)
+    found = "".join(f"<li>{e(x)}</li>" for x in findings(c))
+    trained_note = (f" before {c.trained:,} (the length the model was trained at; the value "
+                    f"from {c.trained:,} on is under the cursor)" if c.trained is not None
+                    else "")
     fragment = Template(asset("census.html")).substitute(
         uid=uid, model=e(c.model), n=f"{c.length:,}", layers=c.layers, heads=c.heads,
         counts=counts, notes=notes, settings_rows=rows, still=_still_table(c),
+        findings=found, legend=e(table.legend()), trained_note=e(trained_note),
         version=e(__version__), data=_json_island(census_data(c)))
     script = asset("census.js") + f"\nattnlabCensus(document.getElementById({uid!r}));\n"
     out = f"<style>{asset('report.css')}</style>\n{fragment}<script>{script}</script>"
