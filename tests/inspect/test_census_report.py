@@ -210,7 +210,7 @@ def test_the_first_screen_answers_which_heads_are_which_at_8k_tokens(tmp_path):
         colours = {img.getpixel((x, y)) for x in range(img.width) for y in range(img.height)}
         assert len(colours) > 100                                # a gradient, not a blank
         assert any(r > 180 and g < 80 and b < 80 for r, g, b in colours)   # the threshold mark
-        assert page.get_attribute("[data-el=grid-bar]", "data-threshold") == "0.3"
+        assert page.get_attribute("[data-el=grid-bar]", "data-threshold") == "0.8"   # local
         assert "from 4,096 on" in page.text_content("[data-el=head-title]")
         assert page.get_attribute("[data-el=cmap-frame]", "data-drawn") == "1"
         assert opened.errors == []

@@ -101,6 +101,7 @@ function drawGridBar(key, lo, hi, unit){
   ctx.textAlign = 'left';
 }
 statSel.addEventListener('change', drawGrid);
+statSel.value = D.first_stat;
 
 // ---- curves along the sequence (bin means), each on its own range, the trained length marked
 function curve(name, title, unit){
@@ -112,9 +113,9 @@ function curve(name, title, unit){
   // the first bin holds the first token (the sink, the query with one key): an outlier that
   // would flatten the rest, so the scale is that of the other bins and the first is clipped
   const rest = data.length > 2 ? data.slice(1) : data;
-  let lo = Math.min(...rest), hi = Math.max(...rest);
+  let lo = Math.min(...data), hi = Math.max(...rest);
   if (hi - lo < 1e-12) { hi = lo + 1e-12; }
-  const off = data[0] > hi || data[0] < lo;
+  const off = data[0] > hi;
   const X = i => left + (W - left - right) * (data.length > 1 ? i / (data.length - 1) : 0.5);
   const Y = v => top + (H - top - bottom) * (1 - (Math.min(hi, Math.max(lo, v)) - lo) / (hi - lo));
   ctx.fillStyle = '#fff'; ctx.fillRect(0, 0, W, H);

@@ -150,6 +150,10 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
     past = {name: [_round(c.summary_past[name][layer]) for layer in range(L)]
             for name, _, _ in GRID_STATS if name in c.summary_past}
     sinks = sum(row.count("sink") for row in c.labels)
+    # the grid opens on the statistic of the commonest label (other than none of them)
+    counts = {k: v for k, v in c.counts().items() if k != table.NONE}
+    first = table.rule(max(counts, key=counts.get)).statistic if counts else "entropy_ratio"
+    first = first if first in summary else next(iter(summary))
     received = c.stats["received"].double().mean((0, 1))
     top = received.topk(min(20, n))
     data = {
@@ -163,7 +167,7 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "curve_titles": [list(x) for x in CURVES if x[0] in curves], "curves": curves,
         "trained": c.trained, "summary_past": past, "labels_past": c.labels_past,
         "causal": list(c.causal) or [False] * L, "context": _context(c.tokens),
-        "sinks": sinks,
+        "sinks": sinks, "first_stat": first,
         "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
                                                                       top.indices.tolist())],
         "sink_keys": c.sink_keys, "band": c.band, "version": __version__,
