@@ -4,7 +4,7 @@
     python benchmarks/diagnostics.py --out /tmp/diag      # figures and results.json there
 
 Also measures the training monitor's overhead (time per step with and without it at its
-default interval) and the peak memory of attention_stats at N = 16384 against the N x N matrix.
+default interval) and the peak memory of head_health at N = 16384 against the N x N matrix.
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ def monitor_overhead(steps: int = 200, every: int = 50) -> dict:
 
 
 def stats_memory(n: int = 16384) -> dict:
-    from attnlab.diagnose import attention_stats
+    from attnlab.diagnose import head_health
     q = torch.randn(1, 1, n, 64)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter()
-    attention_stats(q, q, causal=True)
+    head_health(q, q, causal=True)
     return {"n": n, "seconds": time.perf_counter() - t,
             "peak_above_before_mb":
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base,
@@ -72,7 +72,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"memory": stats_memory()}          # first: the process is still small
-    print("attention_stats at N = 16384:", res["memory"], flush=True)
+    print("head_health at N = 16384:", res["memory"], flush=True)
     res["scale"] = E.scale_sweep()
     res["no_scale"] = E.no_scale_regime()
     for r in res["no_scale"]["rows"]:

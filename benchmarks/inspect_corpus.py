@@ -35,14 +35,14 @@ def main() -> None:
         ins = inspect_texts(corpus, progress=lambda i: progress.update(task, completed=i))
     m = ins.metrics
     per_layer = {k: [round(float(v), 3) for v in getattr(m, k).mean(1)]
-                 for k in ("sep", "cls", "punct", "first", "within_segment", "entropy_ratio")}
-    prev = [(l, h, round(float(m.prev[l, h]), 2)) for l in range(ins.layers)
-            for h in range(ins.heads) if float(m.prev[l, h]) > 0.5]
-    nxt = [(l, h, round(float(m.next[l, h]), 2)) for l in range(ins.layers)
-           for h in range(ins.heads) if float(m.next[l, h]) > 0.5]
-    top_prev = sorted(((round(float(m.prev[l, h]), 2), l, h) for l in range(ins.layers)
+                 for k in ("sep", "cls", "punct", "sink_mass", "within_segment", "entropy_ratio")}
+    prev = [(l, h, round(float(m.prev_mass[l, h]), 2)) for l in range(ins.layers)
+            for h in range(ins.heads) if float(m.prev_mass[l, h]) > 0.5]
+    nxt = [(l, h, round(float(m.next_mass[l, h]), 2)) for l in range(ins.layers)
+           for h in range(ins.heads) if float(m.next_mass[l, h]) > 0.5]
+    top_prev = sorted(((round(float(m.prev_mass[l, h]), 2), l, h) for l in range(ins.layers)
                        for h in range(ins.heads)), reverse=True)[:5]
-    top_next = sorted(((round(float(m.next[l, h]), 2), l, h) for l in range(ins.layers)
+    top_next = sorted(((round(float(m.next_mass[l, h]), 2), l, h) for l in range(ins.layers)
                        for h in range(ins.heads)), reverse=True)[:5]
     result = {"pairs": len(corpus), "mean_tokens": sum(len(a.split()) + len(b.split())
                                                       for a, b in corpus) / len(corpus),

@@ -10,8 +10,8 @@ ablation.
    on two held-out texts of 2,048 bytes: plain text (the next-byte loss) and a repeated one
    (1,024 bytes twice: the loss on the second copy, which an induction circuit predicts). A
    label is borne out when its heads' mean loss increase is larger than the mean over the heads
-   without a label of their own (``heterogeneous`` and ``broad``): for induction heads on the repeated
-   text, for previous-token heads on the repeated text (they feed the induction heads), for
+   without a label of their own (``heterogeneous`` and ``broad``): for induction heads on the
+   repeated text, for previous-token heads on the repeated text (they feed the induction heads), for
    local heads on the plain text; sink heads are expected to cost little (their weight parks on
    the first byte).
 
