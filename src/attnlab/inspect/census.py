@@ -198,7 +198,8 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     """The census of a model's self-attention on one sequence.
 
     Args:
-        model: a transformers encoder or decoder (BERT, GPT-2, Llama, ...; computed inside
+        model: ``"kjv"`` or ``"smollm2"`` (a zoo language model, with its tokenizer), or a
+            transformers encoder or decoder (BERT, GPT-2, Llama, ...; computed inside
             transformers' attention call from the post-RoPE q and k), or any torch module whose
             attention is attnlab's :class:`~attnlab.nn.MultiheadAttention` or
             ``torch.nn.MultiheadAttention``.
@@ -219,6 +220,15 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     from attnlab.integrations import transformers as ah
     from attnlab.nn import _recording
 
+    if isinstance(model, str):                     # a zoo language model by name
+        from attnlab import zoo
+
+        if model not in zoo.LANGUAGE_MODELS:
+            raise ValueError(f"census takes a model, or the name of a zoo language model "
+                             f"({', '.join(zoo.LANGUAGE_MODELS)}); got {model!r}")
+        name = name or model
+        model, named_tok = zoo.load_lm(model)
+        tokenizer = tokenizer if tokenizer is not None else named_tok
     is_hf = ah.is_transformers_model(model)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"census takes a torch module (a transformers model, or one built from "

@@ -182,10 +182,11 @@ def _known_alignment(source: list[str], written: str) -> list[int | None] | None
 def model_kind(model: str | Path) -> str:
     """Which inspection a model gets: ``"encoder"`` (the main job: the embedded
     all-MiniLM-L6-v2, ``"default"``, or a local BERT folder), ``"induction"`` / ``"dates"`` (the
-    embedded zoo models), ``"kjv"`` (the zoo's byte-level decoder) or ``"hf"`` (any other
+    embedded zoo models), ``"kjv"`` (the zoo's byte-level decoder), ``"smollm2"`` (the real
+    pretrained decoder, :mod:`attnlab.zoo.smollm2`) or ``"hf"`` (any other
     local Hugging Face folder: a decoder or an encoder-decoder), decided from the folder's
     ``config.json``."""
-    if str(model) in ("induction", "dates", "kjv"):
+    if str(model) in ("induction", "dates", "kjv", "smollm2"):
         return str(model)
     config = Path(model) / "config.json"
     if str(model) != "default" and config.is_file():

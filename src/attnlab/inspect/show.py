@@ -188,11 +188,13 @@ def _from_name(model, text, pair, truncate, census=None, rows=None) -> Inspectio
         return G.inspect_induction(text)
     if kind == "dates":
         return G.inspect_dates(text)
-    if kind in ("hf", "kjv"):
-        loaded, tok = load_kjv() if kind == "kjv" else load_hf(Path(model))
+    if kind in ("hf", "kjv", "smollm2"):
+        from attnlab import zoo
+
+        loaded, tok = zoo.load_lm(kind) if kind != "hf" else load_hf(Path(model))
+        name = kind if kind != "hf" else Path(model).name
         return inspect_transformers(loaded, tok, text or DEFAULT_TEXT, pair, truncate=truncate,
-                                    name=str(kind if kind == "kjv" else Path(model).name),
-                                    census=census, rows=rows)
+                                    name=str(name), census=census, rows=rows)
     return inspect_texts([(text or DEFAULT_TEXT, pair)], str(model), truncate=truncate)
 
 

