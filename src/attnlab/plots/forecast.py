@@ -82,9 +82,15 @@ def draw_forecast_attention(bt, ax, index, name: str):
     rel = np.asarray(bt.attention, dtype=float) * L             # 1 = the uniform weight 1/L
     # diverging at 1: blue below uniform (down to 0), red above, at least up to 2, so that
     # weights within a few percent of uniform stay white instead of filling the scale
-    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(2.0, float(rel.max())))
-    return draw_heatmap(rel, ax, title=f"{name}: attention over the past {L} steps against "
-                        "uniform, per forecast origin", row_labels=rows, col_labels=cols,
+    finite = rel[np.isfinite(rel)]
+    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0,
+                        vmax=max(2.0, float(finite.max())) if finite.size else 2.0)
+    title = (f"{name}: attention over the past {L} steps against uniform, per forecast origin"
+             if finite.size else
+             f"{name}: no attention to show: at every origin the forecast is the statistical "
+             "base's alone\n(the series is too short for the network, or its correction was "
+             "switched off: w = 0)")
+    return draw_heatmap(rel, ax, title=title, row_labels=rows, col_labels=cols,
                         xlabel="past time step (lag before the origin)",
                         ylabel="forecast origin", cmap="RdBu_r", norm=norm,
                         colorbar_label="α · L (1 = uniform 1/L)", annotate=False)

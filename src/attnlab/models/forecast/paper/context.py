@@ -116,11 +116,16 @@ def coverage_off(cover: dict, n: int) -> list[tuple[float, bool]]:
     return out
 
 
-def attention_cases(att: np.ndarray) -> dict:
+def attention_cases(att: np.ndarray) -> dict | None:
     """What the attention of the comparison's rows shows: ``uniform`` (every weight within
     20% of 1/L) with its range, else the three lags with the most mean weight, their share,
-    and the rows of the most concentrated and the most spread attention."""
+    and the rows of the most concentrated and the most spread attention; None where no row
+    holds attention (a base-only model: the series was too short for the network)."""
+    if att.ndim != 2 or att.shape[1] == 0:
+        return None
     att = att[np.isfinite(att).all(1)]
+    if len(att) == 0:
+        return None
     L = att.shape[1]
     lo, hi = float(att.min()), float(att.max())
     out = {"L": L, "n": len(att), "lo": lo, "hi": hi, "uniform": hi - lo < 0.2 / L}
@@ -139,7 +144,10 @@ def context(inp: PaperInputs) -> dict:
     panel = is_panel(inp)
     best = min((k for k in metrics if k != "attention"), key=lambda k: metrics[k]["MASE"])
     att = np.asarray(bt.attention, dtype=float)
-    keep = np.isfinite(att).all(1) if panel else np.ones(len(att), dtype=bool)
+    # the rows with attention: all of a single series' where the network ran, none where the
+    # forecast is the base's alone (every row NaN), the networked series' of a panel
+    keep = (np.isfinite(att).all(1) if att.ndim == 2 and att.shape[1]
+            else np.zeros(len(att), dtype=bool))
     c = {
         "panel": panel, "L": m.effective_lookback, "H": m.horizon, "d": m.hidden_size,
         "m": m.effective_season, "encoder": m.encoder, "pool": m.pool,
