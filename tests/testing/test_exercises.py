@@ -322,9 +322,17 @@ def test_1_1_a_uniform_row():
 
 
 def test_1_2_softmax_jacobian():
+    def loops(a):                                          # entry by entry
+        n = len(a)
+        return [[float(a[i]) * ((i == j) - float(a[j])) for j in range(n)] for i in range(n)]
+
     assert check("1.2", lambda a: torch.diag(a) - torch.outer(a, a)).passed
+    assert check("1.2", lambda a: torch.diag_embed(a) - a[:, None] * a[None, :]).passed
+    assert check("1.2", loops).passed
     v = check("1.2", lambda a: torch.diag(a - a ** 2))     # the diagonal only
-    assert not v.passed and "autograd" in v.detail
+    assert not v.passed and "off the diagonal" in v.detail and "autograd's" in v.detail
+    v = check("1.2", lambda a: torch.diag(a) + torch.outer(a, a))            # a sign
+    assert not v.passed and "row" in v.detail
 
 
 def test_1_3_attention_by_hand_reports_the_output_first():
@@ -377,8 +385,17 @@ def test_2_3_additive_padding_mask():
 
 def test_3_1_rescale_factor():
     assert check("3.1", lambda m, m_new: math.exp(m - m_new)).passed
+    assert check("3.1", lambda m, m_new: torch.exp(torch.tensor(m - m_new,
+                                                               dtype=torch.float64))).passed
+    assert check("3.1", lambda m, m_new: 2 ** ((m - m_new) / math.log(2))).passed
     v = check("3.1", lambda m, m_new: math.exp(m_new - m))
     assert not v.passed and "wrong way round" in v.detail
+    # right in exact arithmetic, lost in float64: e^800 overflows, e^-800 underflows
+    for wrong in (lambda m, m_new: math.exp(m) / math.exp(m_new),
+                  lambda m, m_new: torch.exp(torch.tensor(m, dtype=torch.float64))
+                  / torch.exp(torch.tensor(m_new, dtype=torch.float64))):
+        v = check("3.1", wrong)
+        assert not v.passed and "beyond float64" in v.detail and "800" in v.detail
 
 
 def test_3_2_running_max_never_falls():
@@ -386,9 +403,24 @@ def test_3_2_running_max_never_falls():
         per = [float(scores[i:i + tile].max()) for i in range(0, len(scores), tile)]
         return torch.tensor(per).cummax(0).values.tolist()
 
-    assert check("3.2", right).passed
+    def loop64(scores, tile):                 # a loop in float64: once rejected as wrong
+        out, m = [], -math.inf
+        for i in range(0, len(scores), tile):
+            m = max(m, float(scores[i:i + tile].max()))
+            out.append(m)
+        return out
+
+    def cummax(scores, tile):                 # on the scores themselves, one per tile end
+        running = scores.cummax(0).values
+        return [float(running[min(i + tile, len(scores)) - 1])
+                for i in range(0, len(scores), tile)]
+
+    for answer in (right, loop64, cummax):
+        assert check("3.2", answer).passed, answer.__name__
     v = check("3.2", lambda s, t: [float(s[i:i + t].max()) for i in range(0, len(s), t)])
-    assert not v.passed and "never falls" in v.detail
+    assert not v.passed and "falls from one tile to the next" in v.detail
+    v = check("3.2", lambda s, t: [float(s[i:i + t].max()) for i in range(0, len(s), 2 * t)])
+    assert not v.passed and "one running max each" in v.detail
 
 
 def test_3_3_chunked_attention_reports_the_output():
@@ -400,13 +432,47 @@ def test_3_3_chunked_attention_reports_the_output():
             out = out + torch.softmax(s, -1) @ v[..., start:start + chunk, :]
         return out
 
-    def exact(q, k, v, scale=None):
+    def exact(q, k, v, scale=None):                          # right, but every score at once
         scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
         return torch.softmax((q @ k.transpose(-2, -1)) * scale, -1) @ v
 
-    assert check("3.3", exact).passed
+    def solution(q, k, v, scale=None, chunk=16):             # the chapter's stored solution
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+        for start in range(0, k.shape[-2], chunk):
+            s = (q @ k[..., start:start + chunk, :].transpose(-2, -1)) * scale
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            r = torch.exp(m - m_new)
+            l = l * r + p.sum(-1, keepdim=True)
+            o = o * r + p @ v[..., start:start + chunk, :]
+            m = m_new
+        return o / l
+
+    def in_float64(q, k, v, scale=None):                     # the same walk, kept in float64
+        return solution(q.double(), k.double(), v.double(), scale).to(q.dtype)
+
+    def two_passes(q, k, v, scale=None, chunk=8):            # max and sum first, then the sum
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+        for i in range(0, k.shape[-2], chunk):
+            s = (q @ k[..., i:i + chunk, :].transpose(-2, -1)) * scale
+            m = torch.maximum(m, s.amax(-1, keepdim=True))
+        lse = m + torch.log(sum(torch.exp((q @ k[..., i:i + chunk, :].transpose(-2, -1)) * scale
+                                          - m).sum(-1, keepdim=True)
+                                for i in range(0, k.shape[-2], chunk)))
+        return sum(torch.exp((q @ k[..., i:i + chunk, :].transpose(-2, -1)) * scale - lse)
+                   @ v[..., i:i + chunk, :] for i in range(0, k.shape[-2], chunk))
+
+    for answer in (solution, in_float64, two_passes):
+        v = check("3.3", answer)
+        assert v.passed, (answer.__name__, v.detail)
     v = check("3.3", unrescaled)
     assert not v.passed and "the output differs" in v.detail
+    v = check("3.3", exact)                                   # the rule the exercise states
+    assert not v.passed and "480" in v.detail and "16 keys" in v.detail
 
 
 def test_4_1_bias_after_the_scale():

@@ -34,11 +34,14 @@ def _jacobian(fn: Callable) -> Verdict:
         got = torch.as_tensor(fn(a), dtype=torch.float64)
         if tuple(got.shape) != (n, n):
             return Verdict("1.2", False, f"expected an ({n}, {n}) matrix, got {tuple(got.shape)}")
-        err = float((got - want).abs().max())
+        diff = (got - want).abs()
+        err = float(diff.max())
         if err > 1e-10:
-            return Verdict("1.2", False, f"differs from autograd's Jacobian by up to {err:.3g}; "
-                           f"autograd's diagonal is {want.diagonal().numpy().round(3)}, yours "
-                           f"{got.diagonal().numpy().round(3)}")
+            i, j = divmod(int(diff.argmax()), n)
+            where = "on the diagonal" if i == j else "off the diagonal"
+            return Verdict("1.2", False, f"differs from autograd's Jacobian by up to {err:.3g}, "
+                           f"largest at row {i}, column {j} ({where}): autograd's "
+                           f"{float(want[i, j]):.4f}, yours {float(got[i, j]):.4f}")
     return Verdict("1.2", True, "equal to autograd's")
 
 
