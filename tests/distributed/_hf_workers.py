@@ -170,6 +170,9 @@ def refusals(rank: int, world: int):
     dropout = tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, attention_dropout=0.1,
                                                  **_small())).train()
     attempt("dropout", dropout, lambda sp, b: sp(**b))
+    gpt2 = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=V,
+                                            attn_pdrop=0.1, n_positions=64)).train()
+    attempt("dropout_gpt2", gpt2, lambda sp, b: sp(**b))
     plain = build("llama")
     attempt("weights", plain, lambda sp, b: sp(**b, output_attentions=True))
     attempt("generate", plain, lambda sp, b: sp.generate(ids))

@@ -128,6 +128,9 @@ def test_what_a_sharded_call_cannot_do_is_refused_by_name():
     for res in got:                                   # every rank says the same
         assert "attention dropout 0.1 in training" in res["dropout"]
         assert "attention_dropout=0.0" in res["dropout"]
+        # each model's own field: GPT-2 calls it attn_pdrop
+        assert "attn_pdrop=0.0" in res["dropout_gpt2"] and "attention_dropout" not in \
+            res["dropout_gpt2"]
         assert "output_attentions=True" in res["weights"]
         assert "generate() after a sharded prefill is not supported" in res["generate"]
 
@@ -139,3 +142,32 @@ def test_a_rank_that_dies_mid_step_in_a_transformers_model_is_named():
     assert err.rank == 1 and "exited with code 9" in err.reports[1]
     for r in (0, 2):
         assert "RankFailure" in err.reports[r] and "rank 1" in err.reports[r], err.reports[r]
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_the_recipes_labels_equal_masked_labels_and_one_process(padding):
+    """docs/distributed.md's recipe passes labels=input_ids. After the shift the last real
+    token of a right-padded row would learn the pad id (loss 5.709573 against 5.709135, and
+    gradients off by up to 6e-2); shard() masks every label whose target is padding, so the
+    recipe's labels are the masked ones, and the loss is one process's."""
+    import torch.distributed as dist
+
+    from attnlab.distributed.hf import IGNORE, ShardedModel
+
+    case = {"family": "llama", "n": 23, "padding": padding}
+    ids, mask, masked = W.batch(case)
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        model = W.build("llama", "float64")
+        sp = ShardedModel(model)
+        recipe = sp.shard(input_ids=ids, attention_mask=mask, labels=ids)
+        careful = sp.shard(input_ids=ids, attention_mask=mask, labels=masked)
+        assert torch.equal(recipe["labels"], careful["labels"])
+        target_pad = torch.cat([mask[:, 1:] == 0, torch.ones(2, 1, dtype=torch.bool)], 1)
+        assert bool((recipe["labels"][target_pad] == IGNORE).all())
+        with torch.no_grad():
+            loss = sp.loss(sp(**recipe).logits, recipe)
+        logits, want, _ = W.reference({**case, "dtype": "float64"})
+        assert abs(float(loss) - float(want)) <= 1e-10, (float(loss), float(want))
+    finally:
+        dist.destroy_process_group()

@@ -84,11 +84,15 @@ _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("attnlab_sh
 
 def _refuse(module, name: str, dropout: float, position_bias, kwargs) -> None:
     """A ValueError naming what the model asked for that a sharded call cannot do."""
+    from attnlab.integrations.transformers import config_field
+
     model = type(module).__name__
     if dropout and module.training:
+        field = config_field(getattr(module, "config", None), "attention dropout") \
+            or "attention_dropout"
         raise ValueError(f"{name}: {model} has attention dropout {dropout:g} in training; the "
-                         "sharded attention has none. Set the config's attention dropout to 0 "
-                         "(e.g. attention_dropout=0.0) or call model.eval()")
+                         f"sharded attention has none. Set the config's {field} to 0 "
+                         f"({field}=0.0) or call model.eval()")
     if position_bias is not None:
         raise ValueError(f"{name}: {model} adds a position bias (T5) to the scores; a sharded "
                          "call cannot see the bias of other ranks' keys. Run it unsharded")
@@ -262,8 +266,13 @@ class ShardedModel:
                 labels = torch.cat([labels[:, 1:], labels.new_full((b, 1), IGNORE)], dim=1)
             if attention_mask is not None:
                 # a padding position predicts nothing (after left padding, the first real
-                # token has no real context to be predicted from)
-                labels = labels.masked_fill(attention_mask == 0, IGNORE)
+                # token has no real context to be predicted from), and nothing predicts
+                # padding: after the shift, the last real token of a right-padded row would
+                # otherwise learn the pad id (labels=input_ids, as the recipe writes it)
+                dead = attention_mask == 0
+                if shift_labels:
+                    dead = dead | torch.cat([dead[:, 1:], dead.new_ones((b, 1))], dim=1)
+                labels = labels.masked_fill(dead, IGNORE)
             out["labels"] = labels
         if "position_ids" not in batch:
             pos = torch.arange(n, device=whole.device).expand(b, n)

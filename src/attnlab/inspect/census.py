@@ -313,9 +313,12 @@ def _input_ids(model, tokenizer, text, input_ids, attention_mask, inputs, is_hf)
         limit = (getattr(model.config, "max_position_embeddings", None)
                  or getattr(model.config, "n_positions", None))
         if limit is not None and input_ids.shape[1] > limit and not rotary(model.config):
+            from attnlab.integrations.transformers import config_field
+
+            field = config_field(model.config, "positions") or "max_position_embeddings"
             raise ValueError(f"the sequence has {input_ids.shape[1]} tokens, more than the "
                              f"{limit} positions of {type(model).__name__}; shorten it, or build "
-                             "the model with a larger max_position_embeddings")
+                             f"the model with a larger {field}")
     if attention_mask is not None and tuple(torch.as_tensor(attention_mask).shape) != \
             tuple(input_ids.shape):
         raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "

@@ -91,6 +91,17 @@ _PACKED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 # Model features, as a transformers user knows them, that a backend may not serve.
 _DROPOUT_ATTRS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob",
                   "dropout_rate")
+_POSITION_ATTRS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
+
+
+def config_field(config, kind: str) -> str | None:
+    """The name a model's own config gives a feature (``kind``: ``"attention dropout"`` or
+    ``"positions"``): GPT-2's ``attn_pdrop`` and ``n_positions`` where Llama has
+    ``attention_dropout`` and ``max_position_embeddings``; None when it has none of them.
+    Refusals name the field the user can set."""
+    names = {"attention dropout": _DROPOUT_ATTRS, "positions": _POSITION_ATTRS}[kind]
+    return next((a for a in names if config is not None and hasattr(config, a)
+                 and getattr(config, a) is not None), None)
 
 
 class UnsupportedAttentionOption(ValueError):
