@@ -100,8 +100,11 @@ def config_field(config, kind: str) -> str | None:
     ``attention_dropout`` and ``max_position_embeddings``; None when it has none of them.
     Refusals name the field the user can set."""
     names = {"attention dropout": _DROPOUT_ATTRS, "positions": _POSITION_ATTRS}[kind]
-    return next((a for a in names if config is not None and hasattr(config, a)
-                 and getattr(config, a) is not None), None)
+    found = next((a for a in names if config is not None and hasattr(config, a)
+                  and getattr(config, a) is not None), None)
+    # configs alias the common names onto their own (GPT2Config's attribute_map sends
+    # max_position_embeddings to n_positions): the user sets the model's own
+    return getattr(config, "attribute_map", {}).get(found, found) if found else None
 
 
 class UnsupportedAttentionOption(ValueError):
