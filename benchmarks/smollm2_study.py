@@ -307,12 +307,12 @@ def part_retrieval(out: dict, model, tok, lengths, trials: int) -> None:
             start = rng.randrange(0, len(hay) - n)
             ids = _needle_prompt(tok, hay[start:start + n - 60], rng.uniform(0.1, 0.9), number)
             with torch.no_grad():
-                gen = model.generate(ids, max_new_tokens=8, do_sample=False)
+                gen = model.generate(ids, max_new_tokens=24, do_sample=False)
             answer = tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
             hits += number in answer
             # retrieval scores (Wu et al. 2024): at each generated token that copies a digit of
             # the needle, does the head's largest weight sit on that digit?
-            full = gen[:, :ids.shape[1] + 8]
+            full = gen
             c = census(model, tok, input_ids=full)
             arg = c.stats["argmax"]                                 # (L, H, N)
             toks = full[0].tolist()

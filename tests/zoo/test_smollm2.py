@@ -112,3 +112,25 @@ def test_the_census_finds_heads_that_ablation_proves(cached, repeated):
         with ablate_heads(model, [others[i] for i in order[:len(induction)].tolist()]):
             random.append(second_half_loss() - base)
     assert labelled > 3 * max(max(random), 0.1), (labelled, random)
+
+
+def test_a_needle_is_retrieved_and_its_copying_heads_scored(cached):
+    """One needle in 300 tokens of KJV: the model answers the number, the retrieval score
+    (Wu et al. 2024) is a share of the copied digits, and heads above 0.1 get the label."""
+    from attnlab.inspect import census
+    from attnlab.inspect.retrieval import needle_test
+    from attnlab.zoo import kjv
+
+    model, tok = cached
+    hay = tok(kjv.corpus("heldout")[:4000])["input_ids"]
+    res = needle_test(model, tok, hay, lengths=(300,), trials=1, seed=1)
+    assert res.accuracy == {300: 1.0}, res.answers
+    assert res.copied >= 3 and res.scores.shape == (30, 9)
+    assert float(res.scores.min()) >= 0 and float(res.scores.max()) <= 1
+    c = census(model, tok, input_ids=tok("In the beginning God created the heaven and the "
+                                         "earth.", return_tensors="pt")["input_ids"])
+    c.relabel(retrieval_score=res.scores)
+    labelled = {(la, h) for la in range(30) for h in range(9) if c.labels[la][h] == "retrieval"}
+    above = {(la, h) for la, h in (res.scores > 0.1).nonzero().tolist()}
+    induction_first = {(la, h) for la, h in above if c.labels[la][h] == "induction"}
+    assert labelled == above - induction_first and labelled              # the table's order

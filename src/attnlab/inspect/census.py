@@ -81,6 +81,19 @@ class Census:
                 out[f"{name}_past"] = past[name].values
         return out
 
+    def relabel(self, **statistics) -> "Census":
+        """Attach per-head statistics measured elsewhere (``retrieval_score=`` from
+        :func:`attnlab.inspect.retrieval.needle_test`: ``(L, H)``) and label the heads again
+        by the one table; returns the census."""
+        for name, values in statistics.items():
+            values = torch.as_tensor(values, dtype=torch.float32)
+            if tuple(values.shape) != (self.layers, self.heads):
+                raise ValueError(f"{name} must be ({self.layers}, {self.heads}), one value per "
+                                 f"head, got {tuple(values.shape)}")
+            self.summary[name] = values
+        self.labels = table.label_heads(self.summary)
+        return self
+
     def changes(self) -> list[str]:
         """Past the trained length, each head whose label changes there, or whose positional
         label (local, previous / next token, self) holds while its mean distance more than

@@ -15,6 +15,8 @@ Thresholds, with their sources:
 * **induction**: prefix-matching score (``match_mass``, the mass on keys that follow an earlier
   occurrence of the query's token, over the queries that have one) > 0.5. Olsson et al. (2022)
   rank heads by the score without a cut-off; 0.5 is attnlab's.
+* **retrieval**: Wu et al. (2024)'s retrieval score above 0.1, where a needle test measured
+  it (:mod:`attnlab.inspect.retrieval`, attached with ``Census.relabel``).
 * **duplicate token**: mass on earlier copies of the query's token > 0.5 (Olsson et al. 2022's
   detector; 0.5 attnlab's).
 * **previous / next token, self**: more than 50% of the mass on that key (Clark et al. 2019,
@@ -81,6 +83,8 @@ class Rule:
 RULES = (
     Rule("induction", "match_mass", 0.5, "I",
          "Olsson et al. 2022, prefix matching (the 0.5 cut is attnlab's)"),
+    Rule("retrieval", "retrieval_score", 0.1, "R",
+         "Wu et al. 2024, retrieval score of a needle test (inspect.retrieval)"),
     Rule("duplicate token", "dup_mass", 0.5, "D",
          "Olsson et al. 2022, duplicate-token detector (the 0.5 cut is attnlab's)"),
     Rule("previous token", "prev_mass", 0.5, "P",
@@ -106,9 +110,9 @@ NONE = "heterogeneous"
 LABELS = tuple(r.label for r in RULES) + (NONE,)
 LETTERS = {r.label: r.letter for r in RULES} | {NONE: "·"}
 THRESHOLDS = {r.statistic: r.threshold for r in RULES}
-LABEL_COLORS = dict(zip(LABELS, ["#e377c2", "#bcbd22", "#1f77b4", "#17becf", "#9467bd",
-                                 "#d62728", "#ff7f0e", "#8c564b", "#393b79", "#2ca02c",
-                                 "#7f7f7f"]),
+LABEL_COLORS = dict(zip(LABELS, ["#e377c2", "#843c39", "#bcbd22", "#1f77b4", "#17becf",
+                                 "#9467bd", "#d62728", "#ff7f0e", "#8c564b", "#393b79",
+                                 "#2ca02c", "#7f7f7f"]),
                     cross="#444444")        # cross-attention heads: no positional class
 
 
@@ -243,6 +247,7 @@ TABLE_COLUMNS = (("entropy", "nats"), ("entropy_ratio", "of uniform"),
                  ("max_weight", "weight"), ("sink_mass", "mass"), ("prev_mass", "mass"),
                  ("self_mass", "mass"), ("next_mass", "mass"), ("local_mass", "mass"),
                  ("distance", "tokens"), ("match_mass", "mass"), ("dup_mass", "mass"),
+                 ("retrieval_score", "of copied tokens"),
                  ("prev_argmax", "of queries"), ("next_argmax", "of queries"),
                  ("self_argmax", "of queries"))
 
