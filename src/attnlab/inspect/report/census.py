@@ -109,9 +109,9 @@ def findings(c) -> list[str]:
         if stat is None:
             out.append(f"{label}: not measured ({rule.statistic} needs the token ids)")
             continue
-        heads = [(la, h) for la in range(c.layers) for h in range(c.heads)
-                 if c.labels[la][h] == label]
-        if heads:
+        heads = sorted(((la, h) for la in range(c.layers) for h in range(c.heads)
+                        if c.labels[la][h] == label), key=lambda g: -float(stat[g]))
+        if heads:                                        # the strongest first
             shown = ", ".join(f"L{la}H{h} ({float(stat[la, h]):.2f})" for la, h in heads[:12])
             more = f" and {len(heads) - 12} more" if len(heads) > 12 else ""
             out.append(f"{label} ({len(heads)}): {shown}{more} -- {rule.statistic}{where}")
