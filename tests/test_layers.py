@@ -2,9 +2,9 @@
 
 One ordered list (docs/architecture.md): each layer imports only from layers to its left, and
 layers that share a place in the list do not import each other. ``_files`` (atomic writes) is a
-leaf below them all; the package's public surface (``attnlab/__init__.py``, ``attnlab.masks``)
-sits with the core. Besides: no import cycles, matplotlib only in ``plots/``, and importing any
-module changes no global state (matplotlib's backend, the environment, another layer's
+leaf below them all, and so is ``_threads`` (the threads of long calls); the package's public
+surface (``attnlab/__init__.py``, ``attnlab.masks``) sits with the core. Besides: no import
+cycles, matplotlib only in ``plots/``, and importing any module changes no global state (matplotlib's backend, the environment, another layer's
 registry)."""
 
 import ast
@@ -18,7 +18,7 @@ ROOT = Path(attnlab.__file__).parent
 LAYERS = (("core",), ("nn", "testing"), ("integrations",), ("distributed",), ("zoo",),
           ("inspect",), ("diagnose", "models", "explain"), ("bench",), ("plots",), ("cli",))
 # Top-level modules that are not a layer of their own: where they sit in the order.
-PLACED = {"_files": -1, "": 0.5, "masks": 0.5}
+PLACED = {"_files": -1, "_threads": -1, "": 0.5, "masks": 0.5}
 
 
 def rank(module: str) -> float:

@@ -268,3 +268,34 @@ def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
     assert got.row_index.tolist()[0] == 3 and 80 in got.row_index.tolist()
     assert all(i >= 50 for i in got.row_index.tolist()[1:]) and len(got.row_index) == 3
     assert sharpest_rows([3], 0) == [3]
+
+
+def test_long_calls_use_the_spare_cpus_and_give_the_callers_threads_back(monkeypatch):
+    """A census on an oversubscribed machine runs on the CPUs left free (here: 4 CPUs, a
+    load of 3.4, so 2 threads), and the caller's setting is back afterwards, even when the
+    call fails."""
+    import os
+    import sys
+
+    census_module = sys.modules["attnlab.inspect.census"]
+    seen = []
+    real = census_module.attention_stats
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(census_module, "attention_stats", spy)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.4, 3.0, 3.0))
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        census(build("llama").eval(), input_ids=torch.randint(3, V, (1, 40)))
+        assert seen and set(seen) == {2}
+        assert torch.get_num_threads() == 4
+        with pytest.raises(ValueError):
+            census(build("llama"), input_ids=torch.ones(2, 5, dtype=torch.long))
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)

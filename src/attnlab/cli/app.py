@@ -43,21 +43,13 @@ SMALL_WORK = ("fit", "predict", "demo")
 def choose_threads(command: str | None, asked: int | None) -> int:
     """Threads for ``command``: ``--threads`` if given; 1 for the small applied models; else
     the CPUs this process may use less the load other processes put on them (at least 1)."""
-    import os
+    from attnlab._threads import spare_cpus
 
     if asked is not None:
         return asked
     if command in SMALL_WORK:
         return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:                           # not on Linux
-        cpus = os.cpu_count() or 1
-    try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
-    return max(1, min(cpus, round(cpus - busy + 1)))
+    return spare_cpus()
 
 
 @app.callback()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnlab._threads import uses_spare_threads
 from attnlab.core.stats import ROW_FIELDS, attention_stats
 from attnlab.inspect import labels as table
 from attnlab.inspect.labels import LABELS
@@ -204,6 +205,7 @@ def _first(v):
     return v
 
 
+@uses_spare_threads
 def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
            attention_mask=None, inputs=None, sink_keys: int = 1, band: int = 16,
            pooled: int | None = None, rows=None, sharpest: int = 0,

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from attnlab._threads import uses_spare_threads
 from attnlab.inspect.capture import record
 from attnlab.inspect.census import Census, no_special_tokens, rotary
 from attnlab.inspect.metrics import head_metrics
@@ -47,6 +48,7 @@ LONG_CONTEXT = 1024       # past this many tokens show() and attnlab inspect tak
 CENSUS_GRID = 256         # the census report's pooled maps: at most this many cells a side
 
 
+@uses_spare_threads
 def show(model=None, tokenizer=None, text: str | None = None, pair: str | None = None, *,
          attentions=None, tokens=None, encoder_attentions=None, decoder_attentions=None,
          cross_attentions=None, encoder_tokens=None, decoder_tokens=None, inputs=None,
