@@ -4,8 +4,8 @@ One ordered list (docs/architecture.md): each layer imports only from layers to 
 layers that share a place in the list do not import each other. ``_files`` (atomic writes) is a
 leaf below them all, and so is ``_threads`` (the threads of long calls); the package's public
 surface (``attnlab/__init__.py``, ``attnlab.masks``) sits with the core. Besides: no import
-cycles, matplotlib only in ``plots/``, and importing any module changes no global state (matplotlib's backend, the environment, another layer's
-registry)."""
+cycles, matplotlib only in ``plots/``, and importing any module changes no global state
+(matplotlib's backend, the environment, another layer's registry)."""
 
 import ast
 import subprocess
