@@ -70,7 +70,7 @@ def test_at_32k_tokens_small_fast_and_every_panel_works(big):
         cmap = page.locator("[data-el=cmap-frame]")
         cmap.scroll_into_view_if_needed()
         box = cmap.bounding_box()
-        left, top, side, width, height = 64, 10, 512, 64 + 512 + 70, 10 + 512 + 44
+        left, top, side, width, height = 64, 10, 512, 64 + 512 + 96, 10 + 512 + 44
         page.mouse.move(box["x"] + box["width"] * (left + 0.2 * side) / width,
                         box["y"] + box["height"] * (top + 0.8 * side) / height)
         text = page.text_content("[data-el=map-value]")

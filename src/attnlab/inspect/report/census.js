@@ -170,7 +170,7 @@ async function codes(kind){
   cache.set(k, out); return out;
 }
 const weight = c => c === 0 ? 0 : Math.pow(10, (c - 1) * D.maps.decades / 254 - D.maps.decades);
-const MAP = {left: 64, top: 10, side: 512, bar: 70, bottom: 44};
+const MAP = {left: 64, top: 10, side: 512, bar: 96, bottom: 44};
 async function drawMap(){
   const frame = $('cmap-frame'), img = $('cmap');
   if (!D.maps){ frame.hidden = true; $('map-note').textContent =
