@@ -225,3 +225,22 @@ def test_coverage_far_from_nominal_is_commented(measured):
                                                         if q != 0.8}}
     tex = paper_tex(PaperInputs(bt.model, low, "demo", labels), "en")
     assert r"The 80\% interval is too narrow here" in tex
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_difference_from_the_best_baseline_within_noise_is_never_a_strength(measured, lang):
+    """MASE 0.339 against AR's 0.365 with Diebold-Mariano p = 0.733 once read as the paper's
+    first strength; a difference the test cannot tell from noise is said as such, in the
+    limitations, and claimed neither way; a clear one keeps its side."""
+    from attnlab.models.forecast.paper import document
+
+    bt, ab, sens, labels = measured
+    inp = PaperInputs(bt.model, bt, "demo", labels, ablation=ab)
+    c = {"test": {"kind": "dm", "p": 0.733}, "best": "ar", "ours": 0.339, "theirs": 0.365,
+         "panel": False, "w": 0.5, "verdict": "noise", "verdict_p": 0.4}
+    text = "\n".join(document._strengths(inp, c, lang))
+    strong = text.split(r"\textbf", 2)[1]                          # the strengths' list
+    assert "0.339" not in strong and "0.339" in text
+    assert ("differ within noise" in text if lang == "en" else "噪声范围内" in text)
+    clear = document._strengths(inp, {**c, "test": {"kind": "dm", "p": 0.001}}, lang)
+    assert "0.339" in "\n".join(clear).split(r"\textbf", 2)[1]     # now a strength

@@ -295,8 +295,13 @@ def _strengths(inp, c, lang) -> list[str]:
     best = method_name(lang, c["best"])
     good, bad = [], []
     mase = dict(ours=f"{c['ours']:.3f}", best=best, theirs=f"{c['theirs']:.3f}", test=test)
-    (good if c["ours"] <= c["theirs"] else bad).append(
-        f("strong.mase" if c["ours"] <= c["theirs"] else "weak.mase", **mase))
+    # a difference is a strength or a weakness only where the test tells it from noise
+    clear = t is not None and np.isfinite(t["p"]) and t["p"] < 0.05
+    if not clear:
+        bad.append(f("even.mase", **mase))
+    else:
+        (good if c["ours"] <= c["theirs"] else bad).append(
+            f("strong.mase" if c["ours"] <= c["theirs"] else "weak.mase", **mase))
     good.append(f("strong.shrink"))
     if c["panel"]:
         good.append(f("strong.panel", LH=c["L"] + c["H"], S=c["S"]))
