@@ -86,10 +86,14 @@ def needle_test(model, tokenizer, haystack_ids, lengths=(1024, 2048, 4096, 8192)
                 trials: int = 5, seed: int = 0, new_tokens: int = 24) -> NeedleResult:
     """The needle in haystacks of each length (tokens of ``haystack_ids`` from a random
     start), ``trials`` times each with a random 4-digit number of distinct digits at a random
-    depth: the model's accuracy by length and every head's retrieval score."""
+    depth: the model's accuracy by length and every head's retrieval score. A length is the
+    whole sequence the model reads, prompt (haystack, needle, question, chat template) and
+    answer together, so that 8,192 stays within SmolLM2's 8,192 positions."""
     from attnlab.inspect.census import census
 
     rng = random.Random(seed)
+    # what the needle, the question and the template add to a haystack, in tokens
+    overhead = needle_prompt(tokenizer, [], 0.5, "1234").shape[1] + 4
     accuracy, answers = {}, []
     hits, copied = None, 0
     for n in lengths:
@@ -100,7 +104,8 @@ def needle_test(model, tokenizer, haystack_ids, lengths=(1024, 2048, 4096, 8192)
         for _ in range(trials):
             number = "".join(rng.sample("123456789", 4))
             start = rng.randrange(0, len(haystack_ids) - n + 1)
-            prompt = needle_prompt(tokenizer, haystack_ids[start:start + n - 60],
+            prompt = needle_prompt(tokenizer,
+                                   haystack_ids[start:start + n - overhead - new_tokens],
                                    rng.uniform(0.1, 0.9), number)
             with torch.no_grad():
                 out = model.generate(prompt, max_new_tokens=new_tokens, do_sample=False,
