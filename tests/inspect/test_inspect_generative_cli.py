@@ -99,7 +99,7 @@ def test_past_1024_tokens_a_decoder_gets_the_census_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["a b", "--census"], "apply to 'kjv' and Hugging Face folders"),
+    (["a b", "--census"], "apply to 'kjv', 'smollm2' and Hugging Face folders"),
     (["a b", "--rows", "1,x"], "--rows '1,x'"),
 ])
 def test_census_options_are_checked(tmp_path, capsys, args, words):
