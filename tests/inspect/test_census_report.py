@@ -60,6 +60,8 @@ def test_at_32k_tokens_small_fast_and_every_panel_works(big):
         assert painted <= 2000, painted                      # ms from navigation to the grid
         assert page.locator(".cell").count() == 32
         page.click(".cell[data-layer='2'][data-head='5']")
+        page.wait_for_function("() => document.querySelector('.attnlab-census')"
+                               ".dataset.opened === '2,5'")
         assert page.text_content("[data-el=head-title]").startswith("Layer 2, head 5")
         curves = page.locator("[data-el=curves] canvas")
         assert curves.count() == 7        # sink, previous, local, prefix matching, entropy,
@@ -102,6 +104,8 @@ def test_rows_shown_are_the_weights(tmp_path):
     with open_report(tmp_path / "c.html") as opened:
         page = opened.page
         page.click(".cell[data-layer='1'][data-head='2']")
+        page.wait_for_function("() => document.querySelector('.attnlab-census')"
+                               ".dataset.opened === '1,2'")
         page.select_option("[data-el=row]", "1")                 # query 150
         lines = page.locator("[data-el=row-table] tr")
         assert lines.count() == 13

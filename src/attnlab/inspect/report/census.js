@@ -104,9 +104,34 @@ statSel.addEventListener('change', drawGrid);
 statSel.value = D.first_stat;
 
 // ---- curves along the sequence (bin means), each on its own range, the trained length marked
-function curve(name, title, unit){
+// Each head's curves arrive as one zlib-compressed run of float16 (or float32) values, curve
+// after curve, decoded when the head is opened.
+async function inflate(b64){
+  const bin = atob(b64), u = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
+  const s = new Blob([u]).stream().pipeThrough(new DecompressionStream('deflate'));
+  return new Uint8Array(await new Response(s).arrayBuffer());
+}
+function half(h){                       // an IEEE float16 as a number
+  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+  if (e === 0) return s * Math.pow(2, -14) * f / 1024;
+  if (e === 31) return f ? NaN : s * Infinity;
+  return s * Math.pow(2, e - 15) * (1 + f / 1024);
+}
+const curveCache = new Map();
+async function curvesOf(l, h){
+  const key = l + ',' + h;
+  if (curveCache.has(key)) return curveCache.get(key);
+  const bytes = await inflate(D.curves[l][h]), view = new DataView(bytes.buffer);
+  const n = bytes.length / D.curve_bytes, all = new Float64Array(n);
+  for (let i = 0; i < n; i++) all[i] = D.curve_bytes === 2 ? half(view.getUint16(2 * i, true))
+                                                            : view.getFloat32(4 * i, true);
+  const out = {};
+  D.curve_titles.forEach(([name], c) => { out[name] = Array.from(all.subarray(c * D.curve_bins, (c + 1) * D.curve_bins)); });
+  curveCache.set(key, out); return out;
+}
+function curve(data, name, title, unit){
   const W = 340, H = 160, left = 46, right = 8, top = 22, bottom = 30;
-  const data = D.curves[name][layer][head];
   const cv = document.createElement('canvas'); cv.width = W; cv.height = H;
   cv.dataset.curve = name;
   const ctx = cv.getContext('2d');
@@ -148,9 +173,10 @@ function curve(name, title, unit){
   });
   return cv;
 }
-function drawCurves(){
-  const box = $('curves'); box.replaceChildren();
-  for (const [name, title, unit] of D.curve_titles) box.appendChild(curve(name, title, unit));
+async function drawCurves(){
+  const box = $('curves'), mine = await curvesOf(layer, head);
+  box.replaceChildren();
+  for (const [name, title, unit] of D.curve_titles) box.appendChild(curve(mine[name], name, title, unit));
   $('curve-note').textContent = (D.bin > 1
     ? 'Each point is the mean over ' + D.bin + ' positions (' + Math.ceil(D.n / D.bin) +
       ' bins); the head\u2019s statistics per position are exact. '
@@ -163,10 +189,7 @@ const cache = new Map();
 async function codes(kind){
   const k = kind + layer + ',' + head;
   if (cache.has(k)) return cache.get(k);
-  const bin = atob(D.maps[kind][layer][head]), u = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
-  const s = new Blob([u]).stream().pipeThrough(new DecompressionStream('deflate'));
-  const out = new Uint8Array(await new Response(s).arrayBuffer());
+  const out = await inflate(D.maps[kind][layer][head]);
   cache.set(k, out); return out;
 }
 const weight = c => c === 0 ? 0 : Math.pow(10, (c - 1) * D.maps.decades / 254 - D.maps.decades);
@@ -292,7 +315,9 @@ function openHead(l, h){
   $('head-title').textContent = 'Layer ' + l + ', head ' + h + ': ' + D.labels[l][h] +
     (D.trained && D.labels_past.length ? ' (from ' + D.trained.toLocaleString('en') + ' on: ' +
      D.labels_past[l][h] + ')' : '');
-  drawCurves(); fillRows(); drawRow(); return drawMap();
+  fillRows(); drawRow();
+  // the head drawn last says so (a click opens a head without waiting for it)
+  return Promise.all([drawCurves(), drawMap()]).then(() => { root.dataset.opened = l + ',' + h; });
 }
 
 // ---- keys that receive the most

@@ -40,6 +40,8 @@ from attnlab.inspect.labels import LABEL_COLORS, LETTERS
 from attnlab.inspect.report import _json_island, asset
 
 CURVE_POINTS = 2048     # curves: bin means over at most this many bins
+CURVE_VALUES = 1_000_000  # ... and fewer where all heads' curves would hold more values
+MAP_CELLS = 5_000_000     # pooled maps: cells of one kind over all heads, halved until fewer
 ROW_KEYS = 64           # exact rows: each head's largest weights kept, the rest as one mass
 LOG_DECADES = 9         # map codes 1..255 cover 1e-9 .. 1
 # (statistic, title, unit): curves along the sequence and the head grid
@@ -92,6 +94,27 @@ def _binned(t: torch.Tensor, size: int, seen: torch.Tensor | None = None) -> tor
     return vals.sum(-1) / cnt.sum(-1).clamp_min(1)
 
 
+def _coarsen(mean, top, n: int, cq: int, ck: int):
+    """Pooled maps ``(L, H, G_q, G_k)`` of cells of ``cq x ck`` weights pooled again 2 x 2:
+    the mean weighted by each cell's area (the last row and column of cells may be short),
+    the largest as the largest; returns the maps and the new cell sides."""
+    def sizes(g, cell):
+        s = torch.full((g,), float(cell), dtype=torch.float64)
+        s[-1] = n - cell * (g - 1)
+        return s
+
+    gq, gk = mean.shape[-2:]
+    area = sizes(gq, cq)[:, None] * sizes(gk, ck)[None, :]
+    pq, pk = gq % 2, gk % 2
+    pad = (0, pk, 0, pq)
+    total = torch.nn.functional.pad(mean.double() * area, pad)
+    cover = torch.nn.functional.pad(area, pad)
+    blocks = total.unflatten(-2, (-1, 2)).unflatten(-1, (-1, 2)).sum((-3, -1))
+    areas = cover.unflatten(-2, (-1, 2)).unflatten(-1, (-1, 2)).sum((-3, -1))
+    top = torch.nn.functional.pad(top, pad).unflatten(-2, (-1, 2)).unflatten(-1, (-1, 2))
+    return ((blocks / areas).to(mean.dtype), top.amax((-3, -1)), 2 * cq, 2 * ck)
+
+
 def findings(c) -> list[str]:
     """One line per kind of :data:`FINDINGS` and per other label some head carries: the heads
     with the label and their statistic, or, where none has it, the largest value and its head
@@ -136,15 +159,18 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
     """What the page's script draws for a :class:`~attnlab.inspect.census.Census`, as one
     JSON-able dict (see the module docstring)."""
     n, L, H = c.length, c.layers, c.heads
-    size = max(1, math.ceil(n / CURVE_POINTS))
+    names = [x for x in CURVES if x[0] in c.stats]
+    points = max(256, min(CURVE_POINTS, CURVE_VALUES // max(1, L * H * len(names))))
+    size = max(1, math.ceil(n / points))
     seen = torch.isfinite(c.stats["lse"])
-    curves = {}
-    for name, _, _ in CURVES:
-        if name not in c.stats:
-            continue
-        t = c.stats[name]
-        binned = _binned(t, size, None if name == "received" else seen)
-        curves[name] = [[_round(binned[layer, h]) for h in range(H)] for layer in range(L)]
+    # each head's curves, one after the other, as float16 (float32 where a value passes
+    # float16's range), zlib and base64: decoded when the head is opened, as the maps are
+    binned = torch.stack([_binned(c.stats[name], size, None if name == "received" else seen)
+                          for name, _, _ in names], 2)              # (L, H, curves, bins)
+    wide = bool((binned.abs() > 60000).any())
+    dtype = torch.float32 if wide else torch.float16
+    curves = [[_pack(binned[layer, h].to(dtype).contiguous().numpy().tobytes())
+               for h in range(H)] for layer in range(L)]
     summary = {name: [_round(c.summary[name][layer]) for layer in range(L)]
                for name, _, _ in GRID_STATS if name in c.summary}
     past = {name: [_round(c.summary_past[name][layer]) for layer in range(L)]
@@ -164,7 +190,8 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "grid": [[k, t, u] for k, t, u in GRID_STATS if k in summary], "summary": summary,
         "thresholds": {r.statistic: [r.threshold, r.label] for r in table.RULES},
         "legend": table.legend(),
-        "curve_titles": [list(x) for x in CURVES if x[0] in curves], "curves": curves,
+        "curve_titles": [list(x) for x in names], "curves": curves,
+        "curve_bytes": 4 if wide else 2, "curve_bins": binned.shape[-1],
         "trained": c.trained, "summary_past": past, "labels_past": c.labels_past,
         "causal": list(c.causal) or [False] * L, "context": _context(c.tokens),
         "sinks": sinks, "first_stat": first,
@@ -173,14 +200,15 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "sink_keys": c.sink_keys, "band": c.band, "version": __version__,
     }
     if c.maps:
-        gq, gk = c.maps["mean"].shape[-2:]
+        mean, top_w = c.maps["mean"], c.maps["max"]
+        cq, ck = math.ceil(n / mean.shape[-2]), math.ceil(n / mean.shape[-1])
+        while L * H * mean.shape[-2] * mean.shape[-1] > MAP_CELLS and min(mean.shape[-2:]) > 32:
+            mean, top_w, cq, ck = _coarsen(mean, top_w, n, cq, ck)
+        gq, gk = mean.shape[-2:]
         data["maps"] = {
-            "gq": gq, "gk": gk, "cq": math.ceil(n / gq), "ck": math.ceil(n / gk),
-            "decades": LOG_DECADES,
-            "mean": [[_pack(log_codes(c.maps["mean"][layer, h])) for h in range(H)]
-                     for layer in range(L)],
-            "max": [[_pack(log_codes(c.maps["max"][layer, h])) for h in range(H)]
-                    for layer in range(L)]}
+            "gq": gq, "gk": gk, "cq": cq, "ck": ck, "decades": LOG_DECADES,
+            "mean": [[_pack(log_codes(mean[layer, h])) for h in range(H)] for layer in range(L)],
+            "max": [[_pack(log_codes(top_w[layer, h])) for h in range(H)] for layer in range(L)]}
     rows = {}
     for layer, (index, weights) in c.rows.items():         # weights (H, R, N)
         k = min(row_keys, weights.shape[-1])
