@@ -121,6 +121,7 @@ def findings(c) -> list[str]:
     beside the threshold ("no sink: largest first-token mass 0.003 (L0H4); a sink needs more
     than 0.3")."""
     out = []
+    units = {name: unit for name, _, unit in GRID_STATS}
     present = {x for row in c.labels for x in row}
     kinds = list(FINDINGS) + [r.label for r in table.RULES
                               if r.label in present and r.label not in FINDINGS]
@@ -137,13 +138,17 @@ def findings(c) -> list[str]:
         if heads:                                        # the strongest first
             shown = ", ".join(f"L{la}H{h} ({float(stat[la, h]):.2f})" for la, h in heads[:12])
             more = f" and {len(heads) - 12} more" if len(heads) > 12 else ""
-            out.append(f"{label} ({len(heads)}): {shown}{more} -- {rule.statistic}{where}")
+            unit = units.get(rule.statistic, "")
+            out.append(f"{label} ({len(heads)}): {shown}{more} -- {rule.statistic}"
+                       f"{', ' + unit if unit else ''}{where}")
         else:
             flat = int(stat.flatten().argmax())
             la, h = divmod(flat, c.heads)
             op = ">" if rule.strict else ">="
-            out.append(f"no {label} head: largest {rule.statistic} {float(stat[la, h]):.3f} "
-                       f"(L{la}H{h}); the label needs {op} {rule.threshold:g}{where}")
+            unit = units.get(rule.statistic, "")
+            out.append(f"no {label} head: largest {rule.statistic} {float(stat[la, h]):.3f}"
+                       f"{' (' + unit + ')' if unit else ''} at L{la}H{h}; the label needs "
+                       f"{op} {rule.threshold:g}{where}")
     return out
 
 
