@@ -111,3 +111,18 @@ def refresh(path: Path) -> None:
 if __name__ == "__main__":
     for arg in sys.argv[1:]:
         refresh(Path(arg))
+
+
+def test_each_chapter_states_the_run_time_the_index_measured():
+    """One source for run times: the index's table (one measurement of every chapter) and a
+    chapter's own "Runs in about N seconds" say the same N."""
+    index = (TUTORIALS[0].parent / "README.md").read_text(encoding="utf-8")
+    measured = {int(m.group(1)): int(m.group(2)) for m in
+                re.finditer(r"^\| \[(\d+)\. .*\| (\d+) s \|", index, re.MULTILINE)}
+    assert len(measured) == len(TUTORIALS)
+    for path in TUTORIALS:
+        nb = nbformat.read(path, as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        said = [int(x) for x in re.findall(r"[Rr]uns in (?:about )?(\d+) seconds", text)]
+        n = int(path.name[:2])
+        assert all(x == measured[n] for x in said), (path.name, said, measured[n])
