@@ -295,3 +295,23 @@ def test_a_planted_entropy_loop_is_caught():
                "h = torch.special.xlogy(p, p).sum(-1)\n"
                "sink = maps[..., 0].mean(-1)\n")
     assert len(_stat_loops(planted)) == 3
+
+
+def test_seeded_library_calls_leave_the_callers_rng_alone():
+    """Functions that seed torch for reproducibility (the zoo's training, explain's additive
+    scorer, diagnose's experiments, bench's cells) fork the RNG: the caller's stream goes on
+    as if they had not run."""
+    import torch
+
+    from attnlab.explain.additive import additive_walk
+    from attnlab.explain.walk import random_example, walk
+
+    ex = random_example()
+    wt = walk(ex.tokens, ex.q, ex.k, ex.v, inputs=ex)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    additive_walk(wt)
+    assert torch.equal(torch.rand(3), expected)
+    src = (ROOT / "zoo" / "induction.py").read_text(encoding="utf-8")
+    assert "@torch.random.fork_rng(devices=[])" in src

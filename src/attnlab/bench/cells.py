@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from attnlab._files import write_text_atomic
 
 WINDOW = (256, 256)
@@ -90,6 +92,7 @@ def _make(method: str, group: str, n: int, q, k, v):
     return fn, time.perf_counter() - t0
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def measure_cell(method: str, group: str, n: int, backward: bool, repeats: int,
                  b: int = 1, h: int = 8, d: int = 64) -> dict:
     """Run in a fresh process: time (min over repeats after a warm-up) and extra peak memory."""
@@ -146,6 +149,7 @@ def _run_cell(method, group, n, backward, repeats) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def errors(n: int = 1024) -> list[dict]:
     """Max and relative error of each method at N = n against a float64 exact result."""
     import torch
@@ -171,6 +175,7 @@ def errors(n: int = 1024) -> list[dict]:
     return out
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def tradeoff(n: int = 1024) -> list[dict]:
     """Error and time of the approximations as their budget grows (features, rank, chunk)."""
     import torch

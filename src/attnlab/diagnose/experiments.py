@@ -85,6 +85,7 @@ def _recall_batch(step, size, n, vocab):
     return x, x[:, :1].expand(size, n)
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def train_recall(*, temperature: float = 1.0, qk_norm: str | None = None, lr: float = 3e-3,
                  steps: int = 300, d_model: int = 128, heads: int = 1, n: int = 32,
                  vocab: int = 16, layers: int = 1, seed: int = 0, every: int = 10,
@@ -155,6 +156,7 @@ def _tail_mean(loss: list[float], k: int = 10) -> float:
     return sum(tail) / len(tail) if tail else float("nan")
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def ln_depth(depths=(6, 12, 24), d_model: int = 64, seeds=(0, 1, 2), n: int = 32) -> dict:
     """Xiong et al. (2020), Theorem 1, measured: the gradient norm of every layer's second
     feed-forward weight W2 at initialisation, post-LN vs pre-LN, on the recall task's

@@ -24,6 +24,7 @@ class AdditiveWalk:
     checks: list[Check] = field(default_factory=list)
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def additive_walk(wt: Walkthrough, hidden: int | None = None, seed: int = 0) -> AdditiveWalk:
     """Score the walk's queries and keys with a (seeded, untrained) additive scorer, compute
     its softmax by the formula and check it against :class:`attnlab.nn.AdditiveAttention`."""

@@ -276,6 +276,7 @@ def decode(ids) -> str:
     return "".join(TARGET_VOCAB[i] for i in ids if TARGET_VOCAB[i] not in (PAD, BOS, EOS))
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def train(config: DatesConfig = DatesConfig(), *, steps: int = 3000, batch_size: int = 64,
           lr: float = 2e-3, seed: int = 0, log=None) -> DatesModel:
     """Teacher-forced training on fresh generated dates (seeded), AdamW with one-cycle."""

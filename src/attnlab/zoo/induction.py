@@ -117,6 +117,7 @@ def repeat_losses(model: nn.Module, ids: torch.Tensor, segment: int) -> tuple[fl
     return first, second
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def train(config: InductionConfig = InductionConfig(), *, steps: int = 3000, batch: int = 64,
           lr: float = 2e-3, seed: int = 0, log=None) -> InductionLM:
     """Train from a seed on fresh sequences each step (AdamW, one-cycle learning rate)."""

@@ -152,6 +152,7 @@ def train(config: KJVConfig = KJVConfig(), *, log=None):
     return train_stage(model, SCHEDULE_2, lr=1e-3, repeat=0.5, segments=True, seed=1, log=log)
 
 
+@torch.random.fork_rng(devices=[])   # seeds for the call, the caller's RNG back
 def train_stage(model, schedule, *, lr: float, repeat: float, seed: int,
                 segments: bool = False, log=None):
     """One stage on the training books (AdamW, weight decay 0.01, linear warm-up then cosine
