@@ -72,7 +72,7 @@ class Census:
 
     def table(self):
         """One row per head: layer, head, label and every per-head mean (a pandas DataFrame;
-        :data:`attnlab.inspect.labels.TABLE_COLUMNS` gives the columns and their units). Past
+        :data:`attnlab.inspect.labels.TABLE_COLUMNS` gives the columns, ``UNITS`` their units). Past
         the trained length, ``label_past`` and ``<statistic>_past`` beside them: the same of
         the queries from ``trained`` on."""
         out = table.head_table(self.labels, self.summary)

@@ -218,38 +218,40 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
     return out
 
 
-def earlier_match(ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
-    """``(N,)`` bool: query i has a key j < i whose previous token is ``ids[i]`` (token
-    ``ids[i]`` occurred at some position <= i - 2), counting real tokens only."""
+def earlier(ids: torch.Tensor, real: torch.Tensor | None = None, gap: int = 1) -> torch.Tensor:
+    """``(N,)`` bool: token ``ids[i]`` occurred at some real position ``<= i - gap``.
+    ``gap=1``: the query has an earlier copy (duplicate-token mass); ``gap=2``: a key
+    ``j < i`` follows an earlier occurrence of it (prefix matching)."""
     keep = [True] * ids.numel() if real is None else real.tolist()
     seen, out = set(), []
     toks = ids.tolist()
     for i, tok in enumerate(toks):
-        if i >= 2 and keep[i - 2]:
-            seen.add(toks[i - 2])
+        if i >= gap and keep[i - gap]:
+            seen.add(toks[i - gap])
         out.append(bool(keep[i]) and tok in seen)
     return torch.tensor(out, dtype=torch.bool)
+
+
+def earlier_match(ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """Queries with a key before them that follows an earlier occurrence of their token."""
+    return earlier(ids, real, gap=2)
 
 
 def earlier_copy(ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
-    """``(N,)`` bool: token ``ids[i]`` occurred at some real position j < i."""
-    keep = [True] * ids.numel() if real is None else real.tolist()
-    seen, out = set(), []
-    for i, tok in enumerate(ids.tolist()):
-        out.append(bool(keep[i]) and tok in seen)
-        if keep[i]:
-            seen.add(tok)
-    return torch.tensor(out, dtype=torch.bool)
+    """Queries whose token occurred at an earlier real position."""
+    return earlier(ids, real, gap=1)
 
 
-# the per-head table's columns, in order, with their units
-TABLE_COLUMNS = (("entropy", "nats"), ("entropy_ratio", "of uniform"),
-                 ("max_weight", "weight"), ("sink_mass", "mass"), ("prev_mass", "mass"),
-                 ("self_mass", "mass"), ("next_mass", "mass"), ("local_mass", "mass"),
-                 ("distance", "tokens"), ("match_mass", "mass"), ("dup_mass", "mass"),
-                 ("retrieval_score", "of copied tokens"),
-                 ("prev_argmax", "of queries"), ("next_argmax", "of queries"),
-                 ("self_argmax", "of queries"))
+# the unit of every statistic, the one table the per-head table and the report read
+_ROW = "share of the row"
+UNITS = {"entropy": "nats", "entropy_ratio": "of uniform", "max_weight": "weight",
+         "sink_mass": _ROW, "prev_mass": _ROW, "self_mass": _ROW, "next_mass": _ROW,
+         "local_mass": _ROW, "distance": "tokens back", "match_mass": _ROW, "dup_mass": _ROW,
+         "retrieval_score": "of copied tokens", "prev_argmax": "of queries",
+         "next_argmax": "of queries", "self_argmax": "of queries",
+         "received": "summed over queries"}
+# the per-head table's columns, in order (their units: UNITS)
+TABLE_COLUMNS = tuple(name for name in UNITS if name != "received")
 
 
 def head_table(labels: list[list[str]], summary: dict):
@@ -262,7 +264,7 @@ def head_table(labels: list[list[str]], summary: dict):
     for layer, row in enumerate(labels):
         for head, label in enumerate(row):
             rec = {"layer": layer, "head": head, "label": label}
-            for name, _ in TABLE_COLUMNS:
+            for name in TABLE_COLUMNS:
                 t = summary.get(name)
                 if t is not None:
                     rec[name] = float(t[layer, head])
@@ -281,7 +283,7 @@ def compare_tables(a, b, names=("a", "b")):
     out = a[["layer", "head"]].copy()
     out[f"label_{x}"], out[f"label_{y}"] = a["label"].values, b["label"].values
     out["changed"] = out[f"label_{x}"] != out[f"label_{y}"]
-    for name, _ in TABLE_COLUMNS:
+    for name in TABLE_COLUMNS:
         if name in a and name in b:
             out[f"{name}_{x}"], out[f"{name}_{y}"] = a[name].values, b[name].values
             out[f"delta_{name}"] = b[name].values - a[name].values

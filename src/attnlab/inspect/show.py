@@ -203,9 +203,8 @@ def _from_name(model, text, pair, truncate, census=None, rows=None) -> Inspectio
 def load_kjv():
     """The zoo's byte-level decoder and its tokenizer."""
     from attnlab import zoo
-    from attnlab.zoo import kjv
 
-    return zoo.load("kjv"), kjv.tokenizer()
+    return zoo.load_lm("kjv")
 
 
 def _maps_of(attn, what: str) -> torch.Tensor:

@@ -44,23 +44,17 @@ CURVE_VALUES = 1_000_000  # ... and fewer where all heads' curves would hold mor
 MAP_CELLS = 5_000_000     # pooled maps: cells of one kind over all heads, halved until fewer
 ROW_KEYS = 64           # exact rows: each head's largest weights kept, the rest as one mass
 LOG_DECADES = 9         # map codes 1..255 cover 1e-9 .. 1
-# (statistic, title, unit): curves along the sequence and the head grid
-CURVES = (("sink_mass", "first-token (sink) mass", "share of the row"),
-          ("prev_mass", "previous-token mass", "share of the row"),
-          ("local_mass", "local mass", "share of the row"),
-          ("match_mass", "prefix-matching mass", "share of the row"),
-          ("entropy", "entropy", "nats"),
-          ("distance", "mean attention distance", "tokens back"),
-          ("received", "attention received", "summed over queries"))
-GRID_STATS = (("sink_mass", "first-token (sink) mass", "share of the row"),
-              ("prev_mass", "previous-token mass", "share of the row"),
-              ("local_mass", "local mass", "share of the row"),
-              ("match_mass", "induction (prefix matching)", "share of the row"),
-              ("self_mass", "self mass", "share of the row"),
-              ("dup_mass", "duplicate-token mass", "share of the row"),
-              ("entropy_ratio", "entropy / uniform entropy", "of uniform"),
-              ("distance", "mean distance", "tokens back"),
-              ("max_weight", "largest weight", "weight"))
+# (statistic, title): curves along the sequence and the head grid; units from labels.UNITS
+TITLES = {"sink_mass": "first-token (sink) mass", "prev_mass": "previous-token mass",
+          "local_mass": "local mass", "match_mass": "prefix-matching (induction) mass",
+          "self_mass": "self mass", "dup_mass": "duplicate-token mass", "entropy": "entropy",
+          "entropy_ratio": "entropy / uniform entropy", "distance": "mean attention distance",
+          "max_weight": "largest weight", "received": "attention received"}
+CURVES = tuple((k, TITLES[k], table.UNITS[k]) for k in (
+    "sink_mass", "prev_mass", "local_mass", "match_mass", "entropy", "distance", "received"))
+GRID_STATS = tuple((k, TITLES[k], table.UNITS[k]) for k in (
+    "sink_mass", "prev_mass", "local_mass", "match_mass", "self_mass", "dup_mass",
+    "entropy_ratio", "distance", "max_weight"))
 # the questions a reader asks first: which heads are of these kinds, or that none is
 FINDINGS = ("sink", "previous token", "local", "induction")
 _COLORS = LABEL_COLORS
@@ -121,7 +115,7 @@ def findings(c) -> list[str]:
     beside the threshold ("no sink: largest first-token mass 0.003 (L0H4); a sink needs more
     than 0.3")."""
     out = []
-    units = {name: unit for name, _, unit in GRID_STATS}
+    units = table.UNITS
     present = {x for row in c.labels for x in row}
     kinds = list(FINDINGS) + [r.label for r in table.RULES
                               if r.label in present and r.label not in FINDINGS]
