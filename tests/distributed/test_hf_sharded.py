@@ -156,7 +156,10 @@ def test_the_recipes_labels_equal_masked_labels_and_one_process(padding):
 
     case = {"family": "llama", "n": 23, "padding": padding}
     ids, mask, masked = W.batch(case)
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    import datetime
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore(),
+                            timeout=datetime.timedelta(seconds=60))   # one rank: no wait
     try:
         model = W.build("llama", "float64")
         sp = ShardedModel(model)

@@ -134,3 +134,12 @@ def test_a_needle_is_retrieved_and_its_copying_heads_scored(cached):
     above = {(la, h) for la, h in (res.scores > 0.1).nonzero().tolist()}
     induction_first = {(la, h) for la, h in above if c.labels[la][h] == "induction"}
     assert labelled == above - induction_first and labelled              # the table's order
+
+
+def test_the_needle_test_refuses_bad_arguments_before_any_work():
+    from attnlab.inspect.retrieval import needle_test
+
+    for kw, said in ((dict(trials=0), "trials must be"), (dict(lengths=(64,)), "lengths must"),
+                     (dict(lengths=(4096,)), "haystack_ids has 100 tokens")):
+        with pytest.raises(ValueError, match=said):
+            needle_test(None, None, list(range(100)), **{"lengths": (128,), **kw})

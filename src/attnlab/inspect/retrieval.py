@@ -91,15 +91,22 @@ def needle_test(model, tokenizer, haystack_ids, lengths=(1024, 2048, 4096, 8192)
     answer together, so that 8,192 stays within SmolLM2's 8,192 positions."""
     from attnlab.inspect.census import census
 
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise ValueError(f"trials must be an int >= 1 (needles per length), got {trials!r}")
+    bad = [n for n in lengths if not isinstance(n, int) or n < 128]
+    if not lengths or bad:
+        raise ValueError(f"lengths must be ints of at least 128 tokens (the whole prompt and "
+                         f"answer), got {list(lengths)!r}")
+    short = max(lengths)
+    if len(haystack_ids) < short:
+        raise ValueError(f"haystack_ids has {len(haystack_ids)} tokens; a haystack of {short} "
+                         "needs at least as many: give a longer text or shorter lengths")
     rng = random.Random(seed)
     # what the needle, the question and the template add to a haystack, in tokens
     overhead = needle_prompt(tokenizer, [], 0.5, "1234").shape[1] + 4
     accuracy, answers = {}, []
     hits, copied = None, 0
     for n in lengths:
-        if len(haystack_ids) < n:
-            raise ValueError(f"haystack_ids has {len(haystack_ids)} tokens; a haystack of {n} "
-                             "needs at least as many")
         right = 0
         for _ in range(trials):
             number = "".join(rng.sample("123456789", 4))
