@@ -15,7 +15,10 @@ The ratios (B=1, H=8, D=64, float32):
   better), at N=16384 and, forward only, N=32768, with its fraction of the FLOP ceiling
   (``N / (2w + 1)``, the keys SDPA scores per key the band keeps);
 * ``alibi score_mod / plain, tiled, N=4096, fwd``: an ALiBi ``score_mod`` (a slope per head
-  times the distance) against the same call without it (lower is better);
+  times the distance, float64 slopes as :func:`attnlab.nn.position.alibi_slopes` gives them)
+  against the same call without it, and ``softcap 30 / plain``: Gemma 2's softcap of 30
+  against the same call without it (lower is better). Both run their modifier compiled
+  (:mod:`attnlab.core.compiled`); the warm-up call pays the compile;
 * ``stats rows / tiled, N=4096`` and ``stats rows+columns / tiled, N=4096``: the census's
   statistics (:func:`attnlab.attention_stats`, causal, 2 K/V heads) against a causal tiled
   forward (lower is better).
@@ -49,6 +52,7 @@ RATIOS = {
     "sdpa+mask / blocksparse, N=16384, window 256, fwd+bwd": True,
     "sdpa+mask / blocksparse, N=32768, window 256, fwd": True,
     "alibi score_mod / plain, tiled, N=4096, fwd": False,
+    "softcap 30 / plain, tiled, N=4096, fwd": False,
     "stats rows / tiled, N=4096": False,
     "stats rows+columns / tiled, N=4096": False,
 }
@@ -125,6 +129,12 @@ def measure(rounds: int = 5, only: list[str] | None = None) -> dict[str, float]:
                                                          backend="tiled"),
                                lambda q, k, v: attention(q, k, v, backend="tiled"), rounds)
         out[name] = t_mod / t_plain
+    name = "softcap 30 / plain, tiled, N=4096, fwd"
+    if wanted(name):
+        t_cap, t_plain = _pair(4096, False,
+                               lambda q, k, v: attention(q, k, v, softcap=30.0, backend="tiled"),
+                               lambda q, k, v: attention(q, k, v, backend="tiled"), rounds)
+        out[name] = t_cap / t_plain
     for name, columns in (("stats rows / tiled, N=4096", False),
                           ("stats rows+columns / tiled, N=4096", True)):
         if wanted(name):

@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from attnlab.core import compiled
 from attnlab.core._geometry import band_range, tile_keep, tile_of
 from attnlab.core.dropout import keep_mask
 from attnlab.core.masks import materialize
@@ -106,6 +107,11 @@ class Tiles:
         self.b_idx, self.h_idx = spec.head_index(self.bh)      # (BH, 1, 1) for score_mod
         self._bufs: dict[tuple, torch.Tensor] = {}
         self.mod_grad = None                    # a score_mod.TileGrad in the backward pass
+        # softcap, score_mod and the change to log2 units fused into one compiled pass
+        self.fused = self.failed = None
+        if not self.plain and compiled.wanted(spec.entries, spec.device):
+            self.fused = compiled.modifier(spec.score_mod, spec.softcap,
+                                           LOG2E if bias is None else 1.0)
 
     def q_scaled(self, q: torch.Tensor) -> torch.Tensor:
         """q times the score scale (and log2 e where q and k alone make the scores)."""
@@ -185,13 +191,20 @@ class Tiles:
         s = self.qk(q_s[:, i0:i1], k[:, j0:j1],
                     out=self.buffer("s", (self.n_bh, bq, bk), q_s))      # (BH, bq, bk)
         dcap = handle = None
-        if not self.plain:
+        fused = None
+        if self.fused is not None and self.mod_grad is None and not cap_grad:
+            fused = self.fused(s, *self._idx(i0, i1, j0, j1))
+            if fused is not None and fused.shape != s.shape:
+                fused = None                                     # broadcast: the eager path
+            elif fused is None:                          # it did not compile
+                self.failed, self.fused = self.fused, None
+        if fused is not None:
+            s = fused
+        elif not self.plain:
             spec.cap(s)                                          # before the mask, as Gemma 2
             dcap = spec.cap_grad(s) if cap_grad else None
             if spec.score_mod is not None:
-                idx = (self.b_idx, self.h_idx,
-                       torch.arange(i0, i1, device=s.device).view(1, -1, 1),
-                       torch.arange(j0, j1, device=s.device).view(1, 1, -1))
+                idx = self._idx(i0, i1, j0, j1)
                 if self.mod_grad is not None:
                     mod, handle = self.mod_grad.forward(s, *idx)
                 else:
@@ -200,9 +213,12 @@ class Tiles:
                     torch.mul(mod, LOG2E, out=s)
                 else:
                     s.copy_(mod)
+            if self.failed is not None:               # the eager path ran it: say why, once
+                compiled.fell_back(self.failed)
+                self.failed = None
         if self.bias is not None:
             s += self._flat(tile_of(self.bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
-        elif not self.plain and spec.score_mod is None:          # capped only: to log2
+        elif not self.plain and spec.score_mod is None and fused is None:  # capped: to log2
             s.mul_(LOG2E)
         if shift is not None:
             # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
@@ -210,6 +226,12 @@ class Tiles:
         if keep is not None:
             s.masked_fill_(~keep, float("-inf"))
         return (s, (dcap, handle)) if cap_grad else s
+
+    def _idx(self, i0: int, i1: int, j0: int, j1: int):
+        """``(b, h, q_idx, kv_idx)`` of a tile, broadcasting against ``(BH, bq, bk)``."""
+        dev = self.spec.device
+        return (self.b_idx, self.h_idx, torch.arange(i0, i1, device=dev).view(1, -1, 1),
+                torch.arange(j0, j1, device=dev).view(1, 1, -1))
 
     def dropout_scale(self, i0: int, i1: int, j0: int, j1: int, dtype: torch.dtype) -> torch.Tensor:
         """keep / (1 - p) for the tile, ``(BH, bq, bk)``."""
