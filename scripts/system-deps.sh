@@ -6,6 +6,8 @@
 #   pdflatex        `attnlab paper` in English (TeX Live)
 #   xelatex + ctex  `attnlab paper` in Chinese
 #   pdftoppm        the compiled pages turned into images (poppler)
+#   g++             the C++ compiler torch.compile (inductor) builds attnlab's fused tile
+#                   modifiers with (attnlab.core.compiled; without it they run eagerly)
 #   bible           the King James Bible (bible-kjv, with bible-kjv-text): the kjv model's
 #                   held-out text, and its training text (scripts/train_zoo.py kjv)
 # Where it cannot install (not root, no apt-get), it stops with one line naming the command.
@@ -20,6 +22,7 @@ if ! command -v xelatex >/dev/null 2>&1 || ! kpsewhich ctex.sty >/dev/null 2>&1;
 fi
 command -v pdftoppm >/dev/null 2>&1 || packages+=(poppler-utils)
 command -v bible >/dev/null 2>&1 || packages+=(bible-kjv)
+command -v g++ >/dev/null 2>&1 || packages+=(g++)
 
 if [ ${#packages[@]} -eq 0 ]; then exit 0; fi
 
@@ -33,7 +36,7 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "attnlab: the tests need ${packages[*]} and this machine has no apt-get; install their equivalents (chromium, TeX Live with xelatex and ctex, poppler-utils, bible-kjv)" >&2
+  echo "attnlab: the tests need ${packages[*]} and this machine has no apt-get; install their equivalents (chromium, TeX Live with xelatex and ctex, poppler-utils, bible-kjv, g++)" >&2
   exit 1
 fi
 
