@@ -3,9 +3,15 @@ says, in one line, whether it is right and, if not, what is off.
 
     from attnlab.testing.exercises import check
     check("7.1", dot_form)          # prints "exercise 7.1 passed" or "exercise 7.1 FAIL: ..."
+    hint("7.1")                     # a nudge; hint("7.1", 2), ... up to the full explanation
 
-Every check is tested against a planted wrong answer and against the solution
-(tests/testing/test_exercises.py), so a reader's wrong answer cannot pass it.
+A failure says what differs and where (which entry, which dtype, which input), never the fix:
+the fix is in the hints, which the reader asks for.
+
+Every check is tested against three correct answers written different ways (the solution, one
+in another dtype, one another way) and against the wrong answers a reader plausibly writes
+(tests/testing/test_exercises.py). Expected values are computed in float64 and compared within
+the rounding of the dtype the answer came in.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ from attnlab.testing.exercises import (
     transformer,
 )
 from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises.hints import HINTS, hint
 from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaraya_watson
 
-__all__ = ["Verdict", "check", "gaussian_weights", "loo_mse", "nadaraya_watson"]
+__all__ = ["HINTS", "Verdict", "check", "gaussian_weights", "hint", "loo_mse",
+           "nadaraya_watson"]
 
 # the modules in the chapters' order: 1-2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
 CHAPTERS = (basics, tiles, blocks, reading, pitfalls, pooling, decoding, seq2seq, transformer,

@@ -1,4 +1,5 @@
-"""The one-line verdict every exercise check returns."""
+"""The one-line verdict every exercise check returns, the tolerance a check allows an answer
+(relative to the rounding of the dtype the answer was computed in), and the hints."""
 
 from __future__ import annotations
 
@@ -16,7 +17,35 @@ class Verdict:
     def __str__(self) -> str:
         if self.passed:
             return f"exercise {self.exercise} passed ({self.detail})"
-        return f"exercise {self.exercise} FAIL: {self.detail}"
+        return (f"exercise {self.exercise} FAIL: {self.detail} "
+                f"[hint(\"{self.exercise}\") for a nudge]")
+
+
+def dtype_of(answer):
+    """The floating dtype an answer was computed in: a tensor's (or the first tensor's of a
+    tuple or list), numpy's, float64 for Python numbers."""
+    import torch
+
+    if isinstance(answer, torch.Tensor):
+        return answer.dtype if answer.dtype.is_floating_point else torch.float64
+    if isinstance(answer, (tuple, list)) and answer:
+        return dtype_of(answer[0])
+    dtype = getattr(answer, "dtype", None)                  # numpy arrays and scalars
+    if dtype is not None and getattr(dtype, "kind", "") == "f":
+        return {2: torch.float16, 4: torch.float32}.get(dtype.itemsize, torch.float64)
+    return torch.float64
+
+
+def tolerance(answer, scale: float = 1.0, ulps: float = 64.0) -> float:
+    """What a right answer may differ by: ``ulps`` roundings of the answer's dtype at the size
+    ``scale`` of the values compared (float64: about 1.4e-14 at 1; float32: 7.6e-6)."""
+    import torch
+
+    return ulps * torch.finfo(dtype_of(answer)).eps * max(1.0, abs(scale))
+
+
+def dtype_name(answer) -> str:
+    return str(dtype_of(answer)).replace("torch.", "")
 
 
 def conformance(exercise: str, fn, supports: set[str] = frozenset({"scale"})) -> "Verdict":
@@ -36,10 +65,17 @@ def conformance(exercise: str, fn, supports: set[str] = frozenset({"scale"})) ->
     if tuple(got.shape) != tuple(want.shape):
         return Verdict(exercise, False, f"for q (1, 2, 5, 8) and k, v (1, 2, 23, 8) the output "
                        f"has shape {tuple(want.shape)}, yours {tuple(got.shape)}")
-    err = float((got - want).abs().max())
-    if not err <= 1e-10:
+    err = float((got.double() - want).abs().max())
+    if not err <= tolerance(got):
+        where = divmod(int((got.double() - want).abs().flatten().argmax()), 8)
         return Verdict(exercise, False, f"the output differs from softmax(q k^T / sqrt(D)) v by "
-                       f"up to {err:.3g} on 5 queries and 23 keys (float64)")
+                       f"up to {err:.3g} on 5 queries and 23 keys (inputs float64, output "
+                       f"{dtype_name(got)}; largest at flat row {where[0]}, column "
+                       f"{where[1]})")
+    if got.dtype != q.dtype:
+        return Verdict(exercise, False, f"for float64 inputs the output is {dtype_name(got)} "
+                       f"(it differs from the float64 formula by {err:.3g}, that dtype's "
+                       "rounding)")
     report = check_attention(fn, supports=supports, dtypes=(torch.float64, torch.float32))
     if not report.passed:
         return Verdict(exercise, False, f"right on a plain case, but the conformance kit "

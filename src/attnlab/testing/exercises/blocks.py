@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict, conformance
+from attnlab.testing.exercises._verdict import Verdict, conformance, dtype_name, tolerance
 
 
 def _biased(fn: Callable) -> Verdict:
@@ -24,10 +24,12 @@ def _pe_dot(fn: Callable) -> Verdict:
         pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * omega), torch.cos(pos * omega)
         for k in (0, 1, 7, 40):
             want = float(pe[13] @ pe[13 + k])
-            got = float(fn(k, d))
-            if abs(got - want) > 1e-9:
+            answer = fn(k, d)
+            got = float(answer)
+            if abs(got - want) > tolerance(answer, d / 2):
                 return Verdict("4.2", False, f"for d = {d}, k = {k}: PE(p) . PE(p + k) = "
-                               f"{want:.4f} for every p, you said {got:.4f}")
+                               f"{want:.6f} for every p, you said {got:.6f} "
+                               f"({dtype_name(answer)})")
     return Verdict("4.2", True, "d = 16 and 64, four offsets")
 
 

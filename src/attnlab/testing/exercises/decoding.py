@@ -58,8 +58,8 @@ def _gqa_share(fn: Callable) -> Verdict:
         return Verdict("8.3", False, f"expected shape {tuple(want.shape)}, got {tuple(got.shape)}")
     if not torch.equal(got, want):
         heads = [int(got[0, h, 0, 0]) // 3 for h in range(6)]
-        return Verdict("8.3", False, f"query heads 0-5 read K/V heads {heads}; grouped-query "
-                       "attention gives heads 0-2 the first K/V head and 3-5 the second")
+        return Verdict("8.3", False, f"with 6 query heads over 2 K/V heads, query heads 0-5 "
+                       f"read K/V heads {heads}; the grouping reads [0, 0, 0, 1, 1, 1]")
     return Verdict("8.3", True, "6 query heads over 2 K/V heads")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, dtype_name, tolerance
 
 
 def _kept_pairs(fn: Callable) -> Verdict:
@@ -19,8 +19,9 @@ def _kept_pairs(fn: Callable) -> Verdict:
         got = fn(n, w)
         if got != want:
             return Verdict("13.1", False, f"N = {n}, w = {w} keeps {want:,} pairs, you said "
-                           f"{got:,}" + (" (the first and last w queries have fewer keys)"
-                                         if got == n * (2 * w + 1) else ""))
+                           f"{got:,}" + (" (that counts 2w + 1 keys for every query, the first "
+                                         "and last w included)" if got == n * (2 * w + 1)
+                                         else ""))
     return Verdict("13.1", True, "five lengths and windows, a window wider than N included")
 
 
@@ -53,14 +54,13 @@ def _kernel_attention(fn: Callable) -> Verdict:
     got = torch.as_tensor(got)
     if tuple(got.shape) != (n, d):
         return Verdict("13.2", False, f"expected ({n}, {d}), got {tuple(got.shape)}")
-    err = float((got - want).abs().max())
-    if err > 1e-9:
+    err = float((got.double() - want).abs().max())
+    if err > tolerance(got):
         return Verdict("13.2", False, f"the output differs from the normalised kernel "
-                       f"average by up to {err:.3g}")
+                       f"average by up to {err:.3g} ({dtype_name(got)}, N = {n}, m = {m})")
     if watch.largest >= n * n:
         return Verdict("13.2", False, f"right output, but your code created a tensor of "
-                       f"{watch.largest:,} elements for N = {n} (N x N = {n * n:,}): regroup "
-                       "as phi(Q) (phi(K)^T V)")
+                       f"{watch.largest:,} elements for N = {n} (N x N = {n * n:,})")
     return Verdict("13.2", True, f"largest tensor {watch.largest:,} elements for N = {n}")
 
 

@@ -8,19 +8,21 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, dtype_name, tolerance
 
 
 def _score_std(fn: Callable) -> Verdict:
     """``fn(d) -> (std of q.k, std of q.k / sqrt(d))`` for unit-variance q, k."""
     for d in (4, 64, 1000):
-        got = tuple(float(x) for x in fn(d))
+        answer = fn(d)
+        got = tuple(float(x) for x in answer)
         want = (math.sqrt(d), 1.0)
-        if len(got) != 2 or any(abs(a - b) > 1e-9 * max(1.0, b) for a, b in zip(got, want)):
-            hint = " (that is the variance: take its square root)" if got and \
+        if len(got) != 2 or any(abs(a - b) > tolerance(answer, b) for a, b in zip(got, want)):
+            hint = " (that is the variance)" if got and \
                 abs(got[0] - d) < 1e-9 and d != 1 else ""
             return Verdict("6.1", False, f"for d = {d} the standard deviations are "
-                           f"({want[0]:.4g}, {want[1]:.4g}), you said {got}{hint}")
+                           f"({want[0]:.4g}, {want[1]:.4g}), you said {got}{hint}"
+                           f" ({dtype_name(answer)})")
     return Verdict("6.1", True, "d = 4, 64, 1000")
 
 
@@ -45,7 +47,7 @@ def _temperature_limits(fn: Callable) -> Verdict:
         if not torch.allclose(cold, want_cold):
             return Verdict("6.3", False, f"for s = {s.tolist()} the T -> 0 limit is "
                            f"{want_cold.tolist()}, you said {cold.tolist()}"
-                           + (" (tied maxima share the weight)" if top.sum() > 1 else ""))
+                           + (f" (s has {int(top.sum())} tied maxima)" if top.sum() > 1 else ""))
         if not torch.allclose(hot, want_hot):
             return Verdict("6.3", False, f"for s = {s.tolist()} the T -> infinity limit is "
                            f"{want_hot.tolist()}, you said {[round(x, 3) for x in hot.tolist()]}")

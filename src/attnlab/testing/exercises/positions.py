@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, tolerance
 
 
 def _rotate(x: torch.Tensor, angle: float) -> torch.Tensor:
@@ -25,10 +25,11 @@ def _relative_score(fn: Callable) -> Verdict:
         q, k = torch.randn(2, generator=g, dtype=torch.float64), \
             torch.randn(2, generator=g, dtype=torch.float64)
         want = float(_rotate(q, 5 * theta) @ _rotate(k, (5 + delta) * theta))
-        got = float(fn(q, k, delta, theta))
+        answer = fn(q, k, delta, theta)
+        got = float(answer)
         worst = max(worst, abs(got - want))
-        if abs(got - want) > 1e-9:
-            hint = (" (that is the score at offset -delta: R(a)^T R(b) = R(b - a))"
+        if abs(got - want) > tolerance(answer, want):
+            hint = (" (that is the score at offset -delta)"
                     if abs(float(q @ _rotate(k, -delta * theta)) - got) < 1e-9 else "")
             return Verdict("11.1", False, f"for delta = {delta}, theta = {theta}: the rotated "
                            f"vectors score {want:.6f}, you said {got:.6f}{hint}")
@@ -45,7 +46,7 @@ def _unturned_pairs(fn: Callable) -> Verdict:
         if got != want:
             return Verdict("11.2", False, f"for d = {d}, n_train = {n} the pairs short of one "
                            f"turn are {want[0]}..{want[-1]} ({len(want)} of {d // 2}), you said "
-                           f"{len(got)} pairs: pair i turns (n_train - 1) * 10000^(-2i/d)")
+                           f"{len(got)} pairs: {got if len(got) <= 8 else got[:8] + ['...']}")
     return Verdict("11.2", True, "three head sizes and lengths")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, dtype_name, tolerance
 
 
 def _contributions(fn: Callable) -> Verdict:
@@ -18,8 +18,10 @@ def _contributions(fn: Callable) -> Verdict:
         torch.tensor([0.05, 1, 2, 3, 4], dtype=torch.float64)[:, None]
     c = torch.stack([(alpha[i, :, None] * v).norm(dim=-1) for i in range(5)])
     want = c / c.sum(-1, keepdim=True)
-    got = torch.as_tensor(fn(alpha, v), dtype=torch.float64)
-    if tuple(got.shape) != (5, 5) or not torch.allclose(got, want):
+    answer = fn(alpha, v)
+    got = torch.as_tensor(answer, dtype=torch.float64)
+    if tuple(got.shape) != (5, 5) or not torch.allclose(got, want, rtol=0,
+                                                        atol=tolerance(answer)):
         return Verdict("5.1", False, f"row 0 should be {want[0].numpy().round(3)} (key 0's "
                        f"value is tiny), got {got.reshape(-1)[:5].numpy().round(3)}")
     return Verdict("5.1", True, "a key with a tiny value included")
@@ -33,8 +35,12 @@ def _rollout_order(fn: Callable) -> Verdict:
     want = eye
     for a in maps:
         want = (0.5 * a + 0.5 * eye) @ want
-    got = torch.as_tensor(fn(maps), dtype=torch.float64)
-    if not torch.allclose(got, want):
+    answer = fn(maps)
+    got = torch.as_tensor(answer, dtype=torch.float64)
+    if tuple(got.shape) != (5, 5):
+        return Verdict("5.2", False, f"expected a (5, 5) rollout for 3 layers of 5 tokens, got "
+                       f"{tuple(got.shape)}")
+    if not torch.allclose(got, want, rtol=0, atol=tolerance(answer)):
         rev = eye
         for a in maps:
             rev = rev @ (0.5 * a + 0.5 * eye)
@@ -52,10 +58,11 @@ def _uniform_rollout(fn: Callable) -> Verdict:
         a = (1 - r) * u + r * torch.eye(n, dtype=torch.float64)
         roll = torch.linalg.matrix_power(a, L)
         want = (float(roll[0, 0]), float(roll[0, 1]))
-        got = tuple(float(x) for x in fn(n, L, r))
-        if len(got) != 2 or any(abs(p - w) > 1e-12 for p, w in zip(got, want)):
+        answer = fn(n, L, r)
+        got = tuple(float(x) for x in answer)
+        if len(got) != 2 or any(abs(p - w) > tolerance(answer) for p, w in zip(got, want)):
             return Verdict("5.3", False, f"n = {n}, L = {L}, r = {r}: the rollout gives "
-                           f"({want[0]:.5f}, {want[1]:.5f}), you said {got}")
+                           f"({want[0]:.5f}, {want[1]:.5f}), you said {got} ({dtype_name(answer)})")
     return Verdict("5.3", True, "three sizes, depths and residual shares")
 
 

@@ -38,7 +38,7 @@ def _vit_weights(fn: Callable) -> Verdict:
         got = fn(*args)
         if got != want:
             no_cls = layers * heads * ((image // patch) ** 2) ** 2
-            hint = " (the class token is a token too)" if got == no_cls else ""
+            hint = " (that leaves out the class token)" if got == no_cls else ""
             return Verdict("12.2", False, f"for image {image}, patch {patch}, {layers} layers, "
                            f"{heads} heads: {want:,} weights, you said {got:,}{hint}")
     return Verdict("12.2", True, "three configurations")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict, conformance
+from attnlab.testing.exercises._verdict import Verdict, conformance, dtype_name, tolerance
 
 
 def _rescale(fn: Callable) -> Verdict:
@@ -17,19 +17,21 @@ def _rescale(fn: Callable) -> Verdict:
     for m, m_new in ((1.0, 2.5), (0.3, 0.3), (-2.0, 4.0), (-math.inf, 1.0), (800.0, 801.0),
                      (-800.0, -799.0)):
         want = math.exp(m - m_new)
+        answer = None
         try:
-            got = float(fn(m, m_new))
+            answer = fn(m, m_new)
+            got = float(answer)
         except (OverflowError, ZeroDivisionError):      # e^800 in Python; 0 / 0 below e^-745
             got = math.nan
         if math.isfinite(m) and abs(m) > 700 and not (math.isfinite(got) and got > 0):
             return Verdict("3.1", False, f"from m = {m} to m' = {m_new} the factor is "
                            f"{want:.4g}, you said {got:.4g}: e^{m:g} is beyond float64 (it "
                            "holds e^-745 to e^709), so a result built from it is lost")
-        if not math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-300):
+        if not math.isclose(got, want, rel_tol=tolerance(answer), abs_tol=1e-300):
             hint = " (the exponent is the wrong way round)" if m > -math.inf and \
                 math.isclose(got, math.exp(m_new - m), rel_tol=1e-9) and m != m_new else ""
             return Verdict("3.1", False, f"from m = {m} to m' = {m_new} the factor is "
-                           f"{want:.4g}, you said {got:.4g}{hint}")
+                           f"{want:.10g}, you said {got:.10g} ({dtype_name(answer)}){hint}")
     return Verdict("3.1", True, "including the first tile (m = -inf)")
 
 
