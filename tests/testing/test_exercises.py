@@ -1,6 +1,5 @@
 """Every tutorial exercise's check passes three correct answers written different ways and fails
-the plausible wrong answers (with a message that says
-what is off) and passes on the solution."""
+the plausible wrong answers, each with a message that says what is off."""
 
 from __future__ import annotations
 
