@@ -1,6 +1,7 @@
 """attnlab.testing.check_attention finds planted bugs and passes attnlab's exact backends."""
 
 
+import math
 import re
 
 import pytest
@@ -168,3 +169,43 @@ def test_dropout_without_rescale_is_also_biased():
 def test_correct_but_unusual_implementations_pass(name):
     fn, supports = CORRECT[name]
     check_attention(fn, supports=supports).raise_for_failures()
+
+
+def _plain_float64(lse_of):
+    """The plain way: scores and mask in float64, weights from the detached row max, cast."""
+    def fn(q, k, v, mask=None, scale=None):
+        dt = q.dtype
+        q, k, v = q.double(), k.double(), v.double()
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q @ k.transpose(-2, -1)) * scale
+        if mask is not None:
+            s = (s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
+                 else s + mask.double())
+        m = s.amax(-1, keepdim=True).detach()
+        m = torch.where(torch.isneginf(m), 0.0, m)
+        p = torch.exp(s - m)
+        l = p.sum(-1, keepdim=True)
+        empty = l == 0
+        a = p / torch.where(empty, 1.0, l)
+        return (a @ v).to(dt), lse_of(s, m, l, empty).to(dt)
+    return fn
+
+
+def test_rows_the_dtype_absorbs_follow_one_lse_gradient_rule():
+    """d lse / d S = A on rows under a -1e38 mask: a plain float64 variant written with the
+    detached max follows it and passes; one built on torch.logsumexp (whose backward gives 1 on
+    every key of such a row) fails there, with the rule named; attnlab's backends follow it."""
+    from attnlab.testing.cases import ABSORBED_RULE
+
+    supports = {"float_mask", "mask", "lse", "scale"}
+    by_max = _plain_float64(lambda s, m, l, empty: torch.where(
+        empty, float("-inf"), m + torch.log(torch.where(empty, 1.0, l))).squeeze(-1))
+    report = check_attention(by_max, supports=supports, dtypes=(torch.float64, torch.float32))
+    assert report.passed, report.failures
+    builtin = _plain_float64(lambda s, m, l, empty: torch.logsumexp(s, -1))
+    report = check_attention(builtin, supports=supports, dtypes=(torch.float64,))
+    assert not report.passed
+    assert all("-1e38" in f.case for f in report.failures)
+    assert ABSORBED_RULE in str(report.failures[0])
+    for backend in ("reference", "tiled", "sdpa"):
+        assert check_backend(backend, dtypes=(torch.float64,)).passed, backend

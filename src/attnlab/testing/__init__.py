@@ -16,6 +16,15 @@ a few ulps of floor. Gradients (dq, dk, dv), ``torch.autograd.gradcheck`` in flo
 determinism and, where declared, dropout's generator are checked too. For each failure the case
 is rebuilt on smaller shapes and the smallest one that still fails is reported.
 
+Rows under a huge additive mask (-1e38, transformers' padding) are decided by the dtype's
+arithmetic: ``S + m`` rounds to ``m``, and the formula gives them a uniform average. Their
+gradients follow one rule (:data:`attnlab.testing.cases.ABSORBED_RULE`): the lse's gradient is
+the weights the output used, ``d lse / d S = A``, each row summing to 1 as the identity
+``lse(S + c) = lse(S) + c`` requires; the reference and every attnlab backend follow it, and so
+does a variant that writes ``lse = m + log sum exp(S - m)`` with the row max ``m`` detached.
+``torch.logsumexp``'s backward gives ``exp(S - lse)`` = 1 on every key of such a row (the lse
+has rounded to ``m`` as well), so a variant built on it fails there, with the rule named.
+
 Options passed to ``fn`` are attnlab's names: ``mask`` (bool, True = may attend, or float,
 added), ``causal`` (bottom-right aligned), ``window=(left, right)``, ``scale``, ``dropout_p`` with
 ``generator``, ``enable_gqa``, ``softcap``, ``sinks``. Declare in ``supports`` the ones ``fn``

@@ -30,6 +30,7 @@ class Case:
     shape: Shape
     build: Callable[[Shape, torch.Generator], tuple]
     grad: bool = True
+    rule: str = ""          # the convention the case checks, said when a gradient fails it
 
 
 def _qkv(shape, g, kv_heads=None, scale=1.0):
@@ -99,12 +100,25 @@ def padding_rows(shape, g):
     transformers' padding mask carries it) on the first keys of sequence 0, and on every key
     of its first queries: those rows are decided by the dtype's arithmetic, which rounds
     ``S + m`` to ``m``, and the formula gives them a uniform average (not 0, not the softmax
-    of the raw scores)."""
+    of the raw scores).
+
+    Gradients on those rows follow one rule, :data:`ABSORBED_RULE`: the gradient of the lse is
+    the softmax weights the output used, ``d lse / d S = A``, whose rows sum to 1 (as
+    ``lse(S + c) = lse(S) + c`` requires whatever c is); the output's is autograd's through
+    those weights. Written as ``m + log sum exp(S - m)`` with the max ``m`` detached (the
+    reference, every backend), a float64 variant follows it. ``torch.logsumexp``'s backward,
+    ``exp(S - lse)``, does not on these rows: the lse rounds to ``m`` too, so every key gets
+    1 and a row's gradient sums to N_k."""
     b, h, nq, nk, _ = shape
     m = torch.zeros(b, 1, nq, nk, dtype=torch.float64)
     m[0, :, :, : max(nk // 4, 1)] = -1e38
     m[0, :, : max(nq // 4, 1), :] = -1e38
     return (*_qkv(shape, g), {"mask": m})
+
+
+ABSORBED_RULE = ("on rows the dtype's arithmetic absorbs, the kit's rule is d lse / d S = A, "
+                 "the weights the output used, each row summing to 1; torch.logsumexp's "
+                 "backward gives exp(S - lse) = 1 on every key there")
 
 
 def masked_rows(shape, g):
@@ -160,7 +174,7 @@ def cases(supports: frozenset[str], quick: bool = True) -> list[Case]:
     if "float_mask" in supports:
         out += [Case("float mask with -inf", "float_mask", odd, float_mask),
                 Case("rows under a -1e38 float mask (padding)", "float_mask", big,
-                     padding_rows)]
+                     padding_rows, rule=ABSORBED_RULE)]
     if "gqa" in supports:
         out.append(Case("grouped-query K/V", "gqa", (1, 2, 19, 33, 16), gqa))
     if "softcap" in supports:

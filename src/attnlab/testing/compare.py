@@ -111,6 +111,8 @@ def _compare(fn, case: Case, shape, dtype, want_lse, seed, factor=2.0, grad_fact
         ratio = _err(o, g) / bound
         if ratio > worst:
             worst, detail = ratio, f"{name} error {_err(o, g):.3g} > bound {bound:.3g}"
+            if ratio > 1 and case.rule and want_lse and name in ("dq", "dk"):
+                detail += f" ({case.rule})"
     return worst, detail
 
 
