@@ -7,8 +7,9 @@ offline, as a reader runs it, and checks that:
   (numbers under 1e-4, measured rounding errors, only as words). Cells tagged ``varies``
   print timings or the results of float32 training, which depend on the machine, and are not
   compared;
-* each exercise's unwritten or buggy first version is caught (``FAIL:``) and its solution at
-  the end of the notebook passes.
+* each exercise's unwritten or buggy first version is caught (``FAIL:``) in the chapter, which
+  shows no passing answer, and every solution in the chapter's companion notebook
+  (``docs/tutorials/solutions/``, out of sight until the reader opens it) passes.
 
 To store a chapter after editing it: ``python -m tests.test_tutorials docs/tutorials/X.ipynb``
 (it re-executes the chapter and writes it with its outputs).
@@ -25,6 +26,7 @@ import nbformat
 import pytest
 
 TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "docs" / "tutorials").glob("*.ipynb"))
+SOLUTIONS = sorted((TUTORIALS[0].parent / "solutions").glob("*.ipynb"))
 FIGURES = {"01": 2, "02": 3, "03": 2, "04": 2, "05": 3, "06": 4, "07": 3, "08": 2, "09": 2,
            "10": 2, "11": 2, "12": 2, "13": 2, "14": 2}
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
@@ -65,7 +67,9 @@ def test_there_are_the_indexed_chapters():
         assert p.name in index, f"docs/tutorials/README.md does not list {p.name}"
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", TUTORIALS + SOLUTIONS,
+                         ids=lambda p: p.stem + ("-solutions" if p.parent.name == "solutions"
+                                                 else ""))
 def test_the_tutorial_reruns_as_stored_and_its_exercises_are_checked(path, tmp_path,
                                                                       monkeypatch):
     # over 5 s for most chapters: a notebook runs whole in its own kernel; this is the only
@@ -81,7 +85,8 @@ def test_the_tutorial_reruns_as_stored_and_its_exercises_are_checked(path, tmp_p
     outputs = [o for c in fresh.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == FIGURES[path.name[:2]]
+    solutions = path.parent.name == "solutions"
+    assert len(images) == (0 if solutions else FIGURES[path.name[:2]])
     stored_images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(stored_images) == len(images), "the stored figures are not the drawn ones"
     for old, new in zip(code, (c for c in fresh.cells if c.cell_type == "code")):
@@ -90,8 +95,33 @@ def test_the_tutorial_reruns_as_stored_and_its_exercises_are_checked(path, tmp_p
         why = same_text(printed(old), printed(new))
         assert why is None, f"{path.name}: {why}"
     text = "".join(printed(c) for c in fresh.cells if c.cell_type == "code")
-    last = text.rindex(" passed (")                          # the last solution's verdict
-    assert "FAIL:" in text[:last] and "FAILED" not in text   # the bug caught, the fix passes
+    verdicts = re.findall(r"^exercise (\d+\.\d+) (passed|FAIL)", text, re.MULTILINE)
+    if solutions:                                  # every worked answer passes its check
+        assert len({e for e, _ in verdicts}) == 3 and all(v == "passed" for _, v in verdicts)
+    else:                                          # the first tries are caught, none passes
+        assert {e for e, _ in verdicts} and all(v == "FAIL" for _, v in verdicts), verdicts
+
+
+def test_no_chapter_shows_a_solution_and_every_one_has_its_companion():
+    """The answers stay out of sight: a chapter holds no solution (no cell after its last
+    exercise, no passing check, no "## Solutions" followed by code), links each exercise to its
+    companion, and the companion holds the worked answer to each of the three exercises."""
+    assert [p.name for p in SOLUTIONS] == [p.name for p in TUTORIALS]
+    for path in TUTORIALS:
+        nb = nbformat.read(path, as_version=4)
+        checks = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                  and re.search(r'check\("\d+\.\d+"', c.source)]
+        assert len(checks) == 3, path.name
+        after = [c for c in nb.cells[checks[-1] + 1:] if c.cell_type == "code"]
+        assert not after, f"{path.name}: code after the last exercise"
+        links = [c for c in nb.cells if f"solutions/{path.name}" in c.source]
+        assert len(links) >= 3, f"{path.name}: each exercise links to its solutions"
+        companion = nbformat.read(path.parent / "solutions" / path.name, as_version=4)
+        answered = set(re.findall(r'check\("(\d+\.\d+)"', "\n".join(
+            c.source for c in companion.cells if c.cell_type == "code")))
+        asked = {re.search(r'check\("(\d+\.\d+)"', nb.cells[i].source).group(1)
+                 for i in checks}
+        assert answered == asked, (path.name, answered, asked)
 
 
 def test_the_comparison_tolerates_rounding_and_catches_a_changed_number():

@@ -21,6 +21,7 @@ from attnlab.testing.exercises import (
     blocks,
     decoding,
     efficient,
+    heads,
     pitfalls,
     pooling,
     positions,
@@ -38,9 +39,9 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 __all__ = ["HINTS", "Verdict", "check", "gaussian_weights", "hint", "loo_mse",
            "nadaraya_watson"]
 
-# the modules in the chapters' order: 1-2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
+# the modules in the chapters' order: 1-2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
 CHAPTERS = (basics, tiles, blocks, reading, pitfalls, pooling, decoding, seq2seq, transformer,
-            positions, sets, efficient, scale)
+            positions, sets, efficient, scale, heads)
 _CHECKS = {name: fn for module in CHAPTERS for name, fn in module.CHECKS.items()}
 
 

@@ -163,6 +163,24 @@ HINTS: dict[str, tuple[str, ...]] = {
     "14.3": ("The last rank holds the last rows, which see the most keys.",
              "Cut the rows into 2P chunks and give each rank an early chunk and a late one.",
              "Rank r holds chunks r and 2P - 1 - r."),
+    "15.1": ("Chapter 3's running max and sum carry over; what else does the entropy need?",
+             "H = lse - sum_j a_j s_j. Keep a running u = sum e^{s - m} s beside l = sum "
+             "e^{s - m}, rescaled by e^{m - m'} like l.",
+             "At the end lse = m + log l, H = lse - u / l, and the sink mass is "
+             "e^{s_0 - lse} (key 0's score, kept from the first tile)."),
+    "15.2": ("On BOS A A, a query in the second A has seen its own token once before.",
+             "Record the maps (attnlab.inspect.capture.record) and, for each head, average the "
+             "weight each second-copy query puts on the key just after its token's first "
+             "occurrence.",
+             "attnlab.inspect.heads.induction_scores(maps, ids) gives that score per head; keep "
+             "the heads whose score is high (above 0.5 every head must be named; below 0.2 "
+             "none may be)."),
+    "15.3": ("Zero a head's output where the heads are concatenated, before the output "
+             "projection.",
+             "A forward pre-hook on self_attn.o_proj can zero the head's d columns of its input; "
+             "remove it afterwards.",
+             "Loss before and after on the second copy of A (positions after its first token), "
+             "with attnlab.inspect.ablation.ablate_heads or your own hook."),
 }
 
 
