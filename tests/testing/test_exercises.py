@@ -437,20 +437,7 @@ def test_3_3_chunked_attention_reports_the_output():
         scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
         return torch.softmax((q @ k.transpose(-2, -1)) * scale, -1) @ v
 
-    def solution(q, k, v, scale=None, chunk=16):             # the chapter's stored solution
-        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-        m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
-        l = torch.zeros_like(m)
-        o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-        for start in range(0, k.shape[-2], chunk):
-            s = (q @ k[..., start:start + chunk, :].transpose(-2, -1)) * scale
-            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-            p = torch.exp(s - m_new)
-            r = torch.exp(m - m_new)
-            l = l * r + p.sum(-1, keepdim=True)
-            o = o * r + p @ v[..., start:start + chunk, :]
-            m = m_new
-        return o / l
+    solution = _online                                       # the chapter's stored solution
 
     def in_float64(q, k, v, scale=None):                     # the same walk, kept in float64
         return solution(q.double(), k.double(), v.double(), scale).to(q.dtype)

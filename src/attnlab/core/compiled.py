@@ -20,6 +20,7 @@ Only the forward and the statistics use it. The backward recomputes the modifier
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import shutil
 import threading
@@ -34,7 +35,7 @@ MIN_ENTRIES = 8 * 2048 * 2048
 _CACHE_SIZE = 16
 _lock = threading.Lock()
 _compiled: collections.OrderedDict = collections.OrderedDict()
-_failed: set[int] = set()
+_failed: dict[tuple, object] = {}         # key -> the modifier (kept: its id stays its own)
 _warned = False
 _timings: list[dict] = []
 
@@ -51,12 +52,17 @@ def _setting() -> str:
     return value or "auto"
 
 
-def compiler() -> str | None:
-    """The C++ compiler inductor would use on CPU, or None."""
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+@functools.lru_cache(maxsize=8)
+def _which(names: tuple) -> str | None:
+    for name in names:
         if name and shutil.which(name):
             return shutil.which(name)
     return None
+
+
+def compiler() -> str | None:
+    """The C++ compiler inductor would use on CPU, or None (looked up once per ``$CXX``)."""
+    return _which((os.environ.get("CXX"), "g++", "c++", "clang++"))
 
 
 def _warn_once(reason: str) -> None:
@@ -134,7 +140,7 @@ class Entry:
             out = self.fn(s, b, h, q_idx, kv_idx)
         except Exception as exc:                     # noqa: BLE001 - any compile failure
             with _lock:
-                _failed.add(self.key)
+                _failed[self.key] = self.score_mod
                 _compiled.pop(self.key, None)
             self.reason = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:120]}"
             return None
