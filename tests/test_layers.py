@@ -270,6 +270,7 @@ STAT_LOOPS = (r"xlogy\(", r"\*\s*torch\.log2?\(", r"\[\.\.\., *0\]\.(sum|mean)\(
               r"\.log\(\)\)?\.sum\(")
 STAT_LOOPS_ALLOWED = {
     "core/stats.py": "the definitions",
+    "core/_stats_passes.py": "the tile passes of core/stats.py's attention_stats",
     "testing/exercises/heads.py": "exercise 15.1's expected values: the dense formula a "
                                   "learner's one-pass answer is checked against",
     "inspect/metrics.py": "the Jensen-Shannon divergence between two heads' rows (entropies of "
