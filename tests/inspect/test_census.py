@@ -259,7 +259,7 @@ def test_rotary_models_run_past_their_positions_with_a_note_learned_ones_refuse(
 
 def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
     from attnlab.core.stats import attention_stats
-    from attnlab.inspect.census import sharpest_rows
+    from attnlab.inspect.collect import sharpest_rows
 
     g = torch.Generator().manual_seed(7)
     q, k = torch.randn(1, 2, 100, 8, generator=g), torch.randn(1, 2, 100, 8, generator=g)
@@ -277,7 +277,7 @@ def test_long_calls_use_the_spare_cpus_and_give_the_callers_threads_back(monkeyp
     import os
     import sys
 
-    census_module = sys.modules["attnlab.inspect.census"]
+    census_module = sys.modules["attnlab.inspect.collect"]     # where the census calls it
     seen = []
     real = census_module.attention_stats
 

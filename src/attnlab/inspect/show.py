@@ -37,7 +37,8 @@ import torch.nn as nn
 
 from attnlab._threads import uses_spare_threads
 from attnlab.inspect.capture import record
-from attnlab.inspect.census import Census, no_special_tokens, rotary
+from attnlab.inspect.census import Census
+from attnlab.inspect.collect import no_special_tokens, rotary
 from attnlab.inspect.metrics import head_metrics
 from attnlab.inspect.run import Inspection, TextMaps, reading_notes
 from attnlab.inspect.taxonomy import label_heads
