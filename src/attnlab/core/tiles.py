@@ -194,8 +194,8 @@ class Tiles:
         fused = None
         if self.fused is not None and self.mod_grad is None and not cap_grad:
             fused = self.fused(s, *self._idx(i0, i1, j0, j1))
-            if fused is not None and fused.shape != s.shape:
-                fused = None                                     # broadcast: the eager path
+            if fused is not None and fused.shape != s.shape:     # broadcast: the eager path,
+                fused, self.fused = None, None                   # which expands it, from now on
             elif fused is None:                          # it did not compile
                 self.failed, self.fused = self.fused, None
         if fused is not None:
