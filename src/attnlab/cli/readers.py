@@ -5,21 +5,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+LINE = "__line__"          # the file line of each row, kept by the series readers
 
-def read_csv(path: str | Path, flag: str = "--csv"):
-    """A non-empty DataFrame from the CSV given as ``flag``."""
+
+def read_csv(path: str | Path, flag: str = "--csv", only_empty_missing: bool = False):
+    """A non-empty DataFrame from the CSV given as ``flag``. ``only_empty_missing``: only an
+    empty cell is missing (not pandas' "n/a", "NA", "null", ...: a series reader names such a
+    value rather than take it for a gap), and the column ``LINE`` holds each row's file line."""
     import pandas as pd
 
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{flag} {str(path)!r} does not exist; give a CSV file")
+    kw = dict(keep_default_na=False, na_values=[""]) if only_empty_missing else {}
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, **kw)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as err:
         raise ValueError(f"{flag} {str(path)!r} is not a readable CSV ({err}); save it as "
                          "comma-separated UTF-8 with a header row") from None
     if df.empty:
         raise ValueError(f"{flag} {str(path)!r} has no data rows")
+    if only_empty_missing:
+        df[LINE] = df.index + 2                 # line 1 is the header
     return df
 
 
@@ -55,7 +62,7 @@ def series_with_future(path, target: str, time: str | None = None,
     import numpy as np
     import pandas as pd
 
-    df = read_csv(path)
+    df = read_csv(path, only_empty_missing=True)
     require_column(df, target, "--target", path)
     for c in exog or []:
         require_column(df, c, "--exog", path)
@@ -78,7 +85,7 @@ def series_with_future(path, target: str, time: str | None = None,
             raise ValueError(f"--time column {time!r} repeats {dup[0]:%Y-%m-%d %H:%M} "
                              f"({len(dup)} repeated dates); keep one row per time step")
         _check_spacing(df.index, time)
-    y = _numeric_target(df, target)
+    y = _numeric_target(df, target, path)
     ahead = None
     if future:
         # the rows after the last observed value are the steps to forecast
@@ -91,43 +98,65 @@ def series_with_future(path, target: str, time: str | None = None,
             raise ValueError(f"--future column {col!r} is empty on a row after the last "
                              f"value of {target!r}; the known-future values of the steps to "
                              "forecast must be given")
+    if not future and y.isna().any():
+        line = int(df[LINE][y.isna()].iloc[0])
+        raise ValueError(f"--target column {target!r} is empty at line {line} of "
+                         f"{str(path)!r}; fill the value (rows are taken as consecutive steps; "
+                         "with --future, empty rows after the last value are the steps to "
+                         "forecast)")
     big = y.abs() > 1e30
     if big.any():
-        raise ValueError(f"--target column {target!r} has {y[big].iloc[0]:g} at row "
-                         f"{int(np.flatnonzero(big.to_numpy())[0]) + 1}: beyond what the model "
-                         "computes in float32 (|y| <= 1e30); check the value or rescale")
+        raise ValueError(f"--target column {target!r} has {y[big].iloc[0]:g} at line "
+                         f"{int(df[LINE][big].iloc[0])} of {str(path)!r}: beyond what the "
+                         "model computes in float32 (|y| <= 1e30); check the value or "
+                         "rescale")
     if y.nunique(dropna=True) == 1:
         raise ValueError(f"--target column {target!r} is constant ({y.dropna().iloc[0]:g}): "
                          "every method forecasts it exactly, there is nothing to compare")
-    X = df[exog].astype(float) if exog else None
+    X = _numeric(df[exog], "--exog", df[LINE], path) if exog else None
     if not future:
         return y, X, None, None
-    F = _numeric(df[future], "--future")
-    return y, X, F, _numeric(ahead[future], "--future")
+    F = _numeric(df[future], "--future", df[LINE], path)
+    return y, X, F, _numeric(ahead[future], "--future", ahead[LINE], path)
 
 
-def _numeric_target(df, target: str):
-    """``--target`` as numbers (empty cells stay NaN); a cell that is not a number is named."""
+def _numeric_target(df, target: str, path=None):
+    """``--target`` as numbers (empty cells stay NaN); a cell that is not a number is named
+    with its file line."""
     import pandas as pd
 
     y = pd.to_numeric(df[target], errors="coerce")
     bad = y.isna() & df[target].notna()
     if bad.any():
-        raise ValueError(f"--target column {target!r} has non-numeric values, first "
-                         f"{df[target][bad].iloc[0]!r}; clean the column first")
+        raise ValueError(f"--target column {target!r} has a value that is not a number, "
+                         f"{df[target][bad].iloc[0]!r}{_where(df, bad, path)}; write numbers "
+                         "only")
     return y
 
 
-def _numeric(frame, flag: str):
-    """The columns as floats; a value that is not a number is named."""
+def _where(df, mask, path) -> str:
+    """`` at line N of 'file'`` of the first row of ``mask``, where the lines are known."""
+    if LINE not in df.columns or path is None:
+        return ""
+    return f" at line {int(df[LINE][mask].iloc[0])} of {str(path)!r}"
+
+
+def _numeric(frame, flag: str, lines=None, path=None):
+    """The columns as floats; a value that is not a number, or a missing one, is named with
+    its column and file line."""
     import pandas as pd
 
     out = frame.apply(pd.to_numeric, errors="coerce")
-    bad = out.isna() & frame.notna()
-    if bad.any().any():
-        col = next(c for c in frame.columns if bad[c].any())
-        raise ValueError(f"{flag} column {col!r} has non-numeric values, first "
-                         f"{frame[col][bad[col]].iloc[0]!r}; clean the column first")
+    for col in frame.columns:
+        bad = out[col].isna()
+        if not bad.any():
+            continue
+        value = frame[col][bad].iloc[0]
+        where = "" if lines is None else f" at line {int(lines[bad].iloc[0])} of {str(path)!r}"
+        if pd.isna(value):
+            raise ValueError(f"{flag} column {col!r} is empty{where}; fill the value")
+        raise ValueError(f"{flag} column {col!r} has a value that is not a number, "
+                         f"{value!r}{where}; write numbers only")
     return out.astype(float)
 
 
@@ -139,6 +168,16 @@ def _parse_dates(col, time: str):
 
     import pandas as pd
 
+    text = col.astype(str).str.strip()
+    if text.str.fullmatch(r"\d{4}-\d{1,2}-\d{1,2}([ T].*)?").all():    # ISO: year first,
+        try:                                                         # never day first
+            idx = pd.DatetimeIndex(pd.to_datetime(text, format="ISO8601"))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"--time column {time!r} does not parse as YYYY-MM-DD dates: "
+                             f"{str(err).split('. ')[0]}") from None
+        if idx.sort_values().is_unique:
+            _check_spacing(idx.sort_values(), time)
+        return idx
     readings, errors = {}, {}
     for dayfirst in (False, True):
         try:
@@ -217,15 +256,14 @@ def panel_from_csv(path, target: str, time: str | None, id_column: str):
     series."""
     import pandas as pd
 
-    df = read_csv(path)
+    df = read_csv(path, only_empty_missing=True)
     for col, flag in ((target, "--target"), (id_column, "--id")) + (
             ((time, "--time"),) if time else ()):
         require_column(df, col, flag, path)
-    y = _numeric_target(df, target)
+    y = _numeric_target(df, target, path)
     if y.isna().any():
-        row = int(y.isna().to_numpy().argmax()) + 2
-        raise ValueError(f"--target column {target!r} is empty at line {row} of "
-                         f"{str(path)!r}; fill or drop the row")
+        raise ValueError(f"--target column {target!r} is empty{_where(df, y.isna(), path)}; "
+                         "fill the value")
     if time:
         ds = _parse_dates(df[time], time)
     else:
