@@ -38,6 +38,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
 from attnlab.models._params import (
+    FLAG,
     FRACTION,
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
@@ -47,6 +48,7 @@ from attnlab.models._params import (
 )
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
 from attnlab.models.forecast.bases import (
+    DEFAULT,
     NAMES,
     base_from_dict,
     choose_base,
@@ -79,6 +81,7 @@ from attnlab.models.training import (
 
 ENCODERS = ("gru", "lstm", "transformer")
 MIN_OBSERVATIONS = 2
+CALIBRATION_NEED = 19           # held-out windows a finite 95% split-conformal bound needs
 # bases with fitted parameters and states, refitted on a history given to predict
 REFITTED = ("ets", "ar", "arima", "theta", "combination")
 
@@ -96,13 +99,22 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         season: the seasonal period (12 for monthly data); adds the phase as a feature and
             sets seasonal naive's and MASE's period. None for none.
         base: the statistical forecast the network corrects (:mod:`~attnlab.models.forecast.bases`):
-            ``"auto"`` (the best of seasonal naive, ETS and AR on the last part of the
-            training series), ``"seasonal_naive"``, ``"naive"``, ``"ets"``, ``"ar"``, or
-            ``"none"`` (no base: the network predicts the series' deviation from its mean).
-            The output layer starts at zero, so an untrained model forecasts the base.
+            ``"combination"`` (the default: the median of ETS, ARIMA and Theta),
+            ``"seasonal_naive"``, ``"naive"``, ``"drift"``, ``"ets"``, ``"ar"``, ``"arima"``,
+            ``"theta"``, ``"auto"`` (the lowest error over rolling origins at the end of the
+            training series among seasonal naive, drift, ETS, ARIMA, Theta and the
+            combination), or ``"none"`` (no base: the network predicts the series' deviation
+            from its mean). The output layer starts at zero, so an untrained model forecasts
+            the base.
         pool: ``"attention"`` over the encoder's time steps, or ``"mean"`` (uniform weights:
             the ablation that asks whether attention is what helps).
-        val_fraction: the last part of the training windows held out for early stopping.
+        val_fraction: the last part of the training windows held out: its first half stops
+            the training, its second sets ``w`` and the conformal intervals (a larger
+            fraction gives more calibration windows, so finite 95% intervals on shorter
+            series).
+        network: False fits no network: the forecast is the base's alone, with intervals
+            from the base's errors (what ``attnlab fit forecast`` uses when a baseline beats
+            the model on the backtest).
         max_epochs, batch_size, lr, weight_decay, patience, clip_norm, seed, device, verbose:
             the shared training loop (:class:`~attnlab.models.training.TrainConfig`).
 
@@ -117,8 +129,8 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
     @keyword_only_after_first
     def __init__(self, horizon: int = 12, *, lookback: int | None = None, encoder: str = "gru",
                  hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
-                 dropout: float = 0.1, season: int | None = None, base: str = "auto",
-                 pool: str = "attention", val_fraction: float = 0.2,
+                 dropout: float = 0.1, season: int | None = None, base: str = DEFAULT,
+                 pool: str = "attention", val_fraction: float = 0.2, network: bool = True,
                  max_epochs: int = 300, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 1e-4, patience: int = 30, clip_norm: float = 1.0,
                  seed: int = 0, device: str = "auto", verbose: bool = False):
@@ -133,6 +145,7 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         self.base = base
         self.pool = pool
         self.val_fraction = val_fraction
+        self.network = network
         self.max_epochs = max_epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -149,7 +162,8 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         "horizon": POSITIVE_INT, "lookback": OPTIONAL_POSITIVE_INT, "encoder": one_of(*ENCODERS),
         "hidden_size": POSITIVE_INT, "num_layers": POSITIVE_INT, "nhead": POSITIVE_INT,
         "dropout": FRACTION, "season": OPTIONAL_POSITIVE_INT, "base": one_of(*NAMES),
-        "pool": one_of("attention", "mean"), "val_fraction": FRACTION, **TRAINING}
+        "pool": one_of("attention", "mean"), "val_fraction": FRACTION,
+        "network": FLAG, **TRAINING}
 
     def _check_params(self) -> None:
         self._validate_params()
@@ -235,8 +249,10 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         self.notes_ = []
         self.base_only_ = False
         need = self.min_length
-        self.base_only_ = len(y) < need
-        if self.base_only_:
+        self.base_only_ = len(y) < need or not self.network
+        if not self.network:
+            self.notes_.append("network=False: the forecast is the base's alone")
+        elif self.base_only_:
             self.notes_.append(
                 f"y has {len(y)} observations, fewer than the {need} the network "
                 f"needs (lookback {L} + horizon {H} + 10 training windows): the forecast is "
@@ -259,7 +275,10 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         targets = torch.tensor(self._targets(y, ends), dtype=torch.float32, device=device)
         extra = [] if Xf is None else [torch.tensor(self._future(Xf, ends), dtype=torch.float32,
                                                     device=device)]
-        n_val = int(round(len(ends) * self.val_fraction))
+        # at least CALIBRATION_NEED windows in the calibrating half where a third of the
+        # windows holds them: a finite 95% bound needs 19 (ceil((n + 1) 0.95) <= n)
+        n_val = max(int(round(len(ends) * self.val_fraction)),
+                    min(2 * CALIBRATION_NEED, len(ends) // 3))
         n_val = min(n_val, len(ends) - 1)
         split = len(ends) - n_val
         # the windows whose targets reach into the validation part are left out of training

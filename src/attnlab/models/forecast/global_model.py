@@ -44,6 +44,8 @@ after the series' end), ``forecast`` and the interval bounds.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -51,6 +53,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models._params import (
+    FLAG,
     FRACTION,
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
@@ -58,7 +61,7 @@ from attnlab.models._params import (
     one_of,
 )
 from attnlab.models.forecast.baselines import seasonal_scale
-from attnlab.models.forecast.bases import BASES, FALLBACKS, fit_first
+from attnlab.models.forecast.bases import BASES, DEFAULT, FALLBACKS, fit_first
 from attnlab.models.forecast.inputs import as_series
 from attnlab.models.forecast.intervals import WindowSettings, conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
@@ -149,8 +152,8 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         season: the seasonal period shared by the series (12 for monthly), or None.
         lookback: past steps the network reads (default: two seasons, at least the horizon).
         base: each series' statistical base, a name of
-            :data:`~attnlab.models.forecast.bases.BASES`: ``"theta"`` by default;
-            ``"combination"`` (the median of ETS, ARIMA and Theta) is stronger and slower.
+            :data:`~attnlab.models.forecast.bases.BASES`: ``"combination"`` (the median of
+            ETS, ARIMA and Theta) by default, as for one series; ``"theta"`` is faster.
         encoder, hidden_size, num_layers, nhead, dropout, pool: the network, as in
             :class:`~attnlab.models.forecast.AttentionForecaster`.
         max_epochs, batch_size, lr, weight_decay, patience, clip_norm, seed, device, verbose:
@@ -158,6 +161,8 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         holdout: the share of series whose last window is held out: half of them stop the
             training, half set ``w`` and the intervals.
         n_jobs: processes fitting the bases (joblib; None is one).
+        network: False trains no network: every series gets its base's forecast, with
+            intervals from the bases' errors on the calibration windows.
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -168,13 +173,13 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
     """
 
     def __init__(self, horizon: int = 12, *, season: int | None = None,
-                 lookback: int | None = None, base: str = "theta", encoder: str = "gru",
+                 lookback: int | None = None, base: str = DEFAULT, encoder: str = "gru",
                  hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
                  dropout: float = 0.1, pool: str = "attention", max_epochs: int = 60,
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-4,
                  patience: int = 8, clip_norm: float = 1.0, seed: int = 0,
                  device: str = "auto", verbose: bool = False, holdout: float = 0.3,
-                 n_jobs: int | None = None):
+                 n_jobs: int | None = None, network: bool = True):
         self.horizon = horizon
         self.season = season
         self.lookback = lookback
@@ -196,6 +201,7 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         self.verbose = verbose
         self.holdout = holdout
         self.n_jobs = n_jobs
+        self.network = network
 
     # ---- configuration ------------------------------------------------------------------
 
@@ -221,7 +227,7 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         "encoder": one_of("gru", "lstm", "transformer"), "hidden_size": POSITIVE_INT,
         "num_layers": POSITIVE_INT, "nhead": POSITIVE_INT, "dropout": FRACTION,
         "pool": one_of("attention", "mean"), "holdout": FRACTION,
-        "n_jobs": [int, None], **TRAINING}
+        "n_jobs": [int, None], "network": FLAG, **TRAINING}
 
     def _check_params(self) -> None:
         self._validate_params()
@@ -296,7 +302,7 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         config = TrainConfig.of(self)
         with seeded(self.seed, self.device_):
             self.net_ = self._build().to(self.device_)
-            if data["train"] is not None:
+            if data["train"] is not None and self.network:
                 stop = data["stop"] if data["stop"] is not None else data["cal"]
                 self.history_ = train(self.net_, self._loss, data["train"], stop, config,
                                       description="global forecaster")
@@ -304,9 +310,12 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
                 from attnlab.models.training import TrainHistory
 
                 self.history_ = TrainHistory()
-                self.notes_.append("no series is long enough for a training window "
-                                   f"(lookback {L} + 2 x horizon {H}): the forecasts are the "
-                                   "bases'")
+                if not self.network:
+                    self.notes_.append("network=False: the forecasts are the bases'")
+                else:
+                    self.notes_.append("no series is long enough for a training window "
+                                       f"(lookback {L} + 2 x horizon {H}): the forecasts are "
+                                       "the bases'")
         self.shrink_ = self._shrink(data["cal"])
         self.network_in_use_ = self.shrink_ > 0
         self.interval_widths_, self.n_calibration_ = self._calibrate(data["cal"])
@@ -318,7 +327,7 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
                     f"the {q:.0%} interval is unbounded (-inf, inf): {self.n_calibration_} "
                     f"held-out windows of {len(calibrate)} series calibrate it and a {q:.0%} "
                     f"bound needs at least {need}; give more or longer series, or a larger "
-                    "holdout")
+                    "holdout (--val-fraction on the command line)")
         return self
 
     def _fit_bases(self) -> list[str]:
@@ -470,13 +479,30 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         self.notes_ = list(state["notes"])
         return self._build
 
-    def predict(self, h: int | None = None):
+    def with_history(self, Y) -> "GlobalForecaster":
+        """The fitted forecaster on new data: ``Y`` (as :meth:`fit` takes it: the fitted
+        series with more values, or other series) gets its own bases fitted, while the
+        network, ``w`` and the interval widths stay as fitted; nothing is trained. Returns a
+        copy; ``self`` is unchanged."""
+        check_is_fitted(self, "net_")
+        new = copy.copy(self)
+        new.ids_, new.series_, new.dates_ = as_panel(Y)
+        new.notes_ = new._fit_bases()
+        m = new.effective_season
+        new.scales_ = np.array([series_scale(y, m) for y in new.series_])
+        new.in_network_ = np.array([len(y) >= new.min_length for y in new.series_], dtype=bool)
+        return new
+
+    def predict(self, h: int | None = None, Y=None):
         """Every series' forecast as a long data frame: ``unique_id``, ``ds``, ``forecast``,
         ``lower_80``, ``upper_80``, ``lower_95``, ``upper_95``. ``h`` (at most the fitted
-        horizon) keeps the first ``h`` steps."""
+        horizon) keeps the first ``h`` steps. ``Y``: forecast from new data without training
+        (:meth:`with_history`) instead of from the fitted series."""
         import pandas as pd
 
         check_is_fitted(self, "net_")
+        if Y is not None:
+            return self.with_history(Y).predict(h)
         h = self.horizon if h is None else h
         if not isinstance(h, (int, np.integer)) or not 1 <= h <= self.horizon:
             raise ValueError(f"h must be an int in 1..{self.horizon} (the fitted horizon), got "

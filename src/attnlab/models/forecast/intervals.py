@@ -90,7 +90,7 @@ class ConformalIntervals:
                 notes.append(f"the {q:.0%} interval is unbounded (-inf, inf): split conformal "
                              f"calibration had {held}, and a {q:.0%} bound needs at least "
                              f"{need}; fit on a longer series, a shorter horizon or a larger "
-                             "val_fraction")
+                             "val_fraction (--val-fraction on the command line)")
         if steps > self.horizon:
             notes.append(f"steps {self.horizon + 1}-{steps} are beyond the fitted horizon: "
                          "their intervals are unbounded (-inf, inf), no held-out errors "
