@@ -108,12 +108,16 @@ def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=Non
     """Into ``axes = (ax, axw)``: the end of the series, the forecast with its conformal 80%
     and 95% intervals (``intervals``: ``{level: (lower, upper)}``; without them, an 80% band
     from the backtest's errors when ``bt`` is given), and (``axw``) the attention over the
-    window it read beside the uniform 1/L. With a date index and ``dates`` (the forecast
-    steps' dates) the x axis shows dates."""
+    window it read beside the uniform 1/L (``weights`` None: the forecast is the base's
+    alone, and ``axw`` says so). With a date index and ``dates`` (the forecast steps' dates)
+    the x axis shows dates."""
     import pandas as pd
 
     yv = np.asarray(y, dtype=float)
     n, H = len(yv), len(future)
+    if weights is not None and not np.isfinite(np.asarray(weights, dtype=float)).all():
+        weights = None
+    lookback = min(lookback, n)
     index = getattr(y, "index", None)
     dated = isinstance(index, pd.DatetimeIndex) and dates is not None and len(dates) == H
     start = max(0, n - 2 * lookback)
@@ -147,6 +151,14 @@ def draw_future(y, future, weights, lookback: int, axes, name: str, *, dates=Non
         ax.fill_between(fut_x, f - 1.2816 * rms, f + 1.2816 * rms, color="#d62728",
                         alpha=0.15, label=f"80% band (normal, from the {len(bt.origins)} "
                         "backtest origins' errors)")
+    if weights is None:
+        ax.set_title(f"{name}: forecast (the base's alone)")
+        ax.legend(loc="upper left", fontsize=8)
+        axw.axis("off")
+        axw.text(0.5, 0.5, "no attention: the forecast is the statistical base's alone "
+                 "(no network in use)", ha="center", va="center", transform=axw.transAxes,
+                 fontsize=9, color="#444444")
+        return axes
     ax.axvspan(win_x[0], win_x[-1], color="#2f6db3", alpha=0.08, label="window read")
     ax.set_title(f"{name}: forecast and the attention over the window it read")
     ax.legend(loc="upper left", fontsize=8)

@@ -47,11 +47,11 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None,
     if panel and train is not None:
         _, inputs.shown = figures.save_panel(bt, train, d / "backtest.pdf", lang)
         inputs.figures["backtest"] = "backtest.pdf"
-    elif not panel and inputs.y is not None:
+    elif not panel and inputs.y is not None and bt is not None:
         figures.save_backtest(inputs.y, bt, d / "backtest.pdf", lang)
         inputs.figures["backtest"] = "backtest.pdf"
-    att = np.asarray(bt.attention, dtype=float)
-    rows = np.isfinite(att).all(1)
+    att = np.asarray(bt.attention if bt is not None else np.zeros((0, 0)), dtype=float)
+    rows = np.isfinite(att).all(1) if att.ndim == 2 and att.shape[1] else np.zeros(0, bool)
     if model.pool != "mean" and rows.any():
         labels = [lab for lab, ok in zip(inputs.origin_labels, rows) if ok]
         figures.save_attention(att[rows], labels, d / "attention.pdf", lang, panel)
@@ -71,13 +71,19 @@ def write_paper(d: Path, inputs, lang: str, compile_pdf: bool | None,
     return files
 
 
-def paper_folder(d: Path, bt, index, name: str, y=None) -> None:
+def paper_folder(d: Path, bt, index, name: str, y=None, model=None) -> None:
     """The paper section of a fit (``attnlab paper`` adds the ablation and sensitivity):
-    paper.tex and its figures (not compiled: `attnlab paper` compiles)."""
+    paper.tex and its figures (not compiled: `attnlab paper` compiles). ``bt`` None (a series
+    too short for a backtest): the paper is on the final ``model`` and says that its accuracy
+    was not measured."""
     from attnlab.models.forecast.paper import PaperInputs
     from attnlab.plots.forecast import time_label
 
-    inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins], y=y)
+    if bt is None:
+        inputs = PaperInputs(model, None, name, [], y=y)
+    else:
+        inputs = PaperInputs(bt.model, bt, name, [time_label(index, t) for t in bt.origins],
+                             y=y)
     write_paper(d, inputs, "en", False)
 
 

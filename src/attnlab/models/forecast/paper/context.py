@@ -20,7 +20,8 @@ class PaperInputs:
     :class:`~attnlab.models.forecast.AttentionForecaster` or
     :class:`~attnlab.models.forecast.GlobalForecaster`; ``backtest``: for the first a
     :class:`~attnlab.models.forecast.backtest.BacktestResult` of its settings, for the second a
-    :class:`~attnlab.models.forecast.evaluation.PanelResult`; ``ablation``: an
+    :class:`~attnlab.models.forecast.evaluation.PanelResult` (None for a series too short
+    for any backtest origin: the paper then says its accuracy is not measured); ``ablation``: an
     :class:`~attnlab.models.forecast.ablation.AblationResult` or None; ``sensitivity``:
     ``{setting: [(value, MASE), ...]}`` or None; ``figures``: ``{"architecture" | "attention"
     | "backtest": file}`` relative to the .tex file; ``origin_labels``: the rows of the
@@ -140,6 +141,14 @@ def attention_cases(att: np.ndarray) -> dict | None:
 def context(inp: PaperInputs) -> dict:
     """The numbers of the paper (see the module docstring)."""
     m, bt = inp.model, inp.backtest
+    if bt is None:                 # a series too short for any backtest origin
+        return {"panel": False, "L": m.effective_lookback, "H": m.horizon, "d": m.hidden_size,
+                "m": m.effective_season, "encoder": m.encoder, "pool": m.pool,
+                "w": float(getattr(m, "shrink_", 0.0)), "base": m.base_name_,
+                "n_exog": getattr(m, "n_exog_", 0), "unmeasured": True,
+                "n_obs": int(getattr(m, "n_obs_", 0) or len(np.asarray(inp.y))),
+                "need": int(max(2 * m.effective_season, 4) + m.horizon),
+                "test": None, "cases": None, "case_rows": np.zeros(0, dtype=int)}
     metrics = bt.metrics
     panel = is_panel(inp)
     best = min((k for k in metrics if k != "attention"), key=lambda k: metrics[k]["MASE"])

@@ -85,7 +85,11 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
         doc.append(f("who.panel_base" if w == 0 else "who.panel", bname=bname, w=f"{w:.2f}",
                      S=c["S"], short=short))
     else:
-        doc.append(f("who.series_base" if w == 0 else "who.series", bname=bname, w=f"{w:.2f}"))
+        who = ("who.series" if w else "who.series_chosen" if not getattr(m, "network", True)
+               else "who.series_short" if getattr(m, "base_only_", False)
+               else "who.series_base")
+        need = max(m.effective_lookback, m.effective_season) + m.horizon + 10
+        doc.append(f(who, bname=bname, w=f"{w:.2f}", need=need))
     doc += [f"\\subsection*{{{f('h.motivation')}}}",
             f(f"motivation.{kind}", bname=bname, L=L, S=c.get("S", ""))]
     # assumptions
@@ -132,6 +136,14 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
             doc.append(_cases(inp, c, lang, kind))
     # results
     doc += [f"\\subsection*{{{f('h.results')}}}", f"\\subsubsection*{{{f('h.comparison')}}}"]
+    if c.get("unmeasured"):
+        hmax = c["n_obs"] - c["need"] + H
+        doc.append(f("unmeasured", n=c["n_obs"], H=H, need=c["need"], bname=bname,
+                     allow=f("unmeasured.horizon", hmax=hmax) if hmax >= 1
+                     else f("unmeasured.longer", need=c["need"] - H + 1)))
+        doc += _strengths(inp, c, lang)
+        doc.append(f("end"))
+        return "\n".join(doc) + "\n"
     doc += _comparison(inp, c, lang, kind)
     doc += _spread(inp, c, lang, kind)
     doc += _ablation(inp, c, lang)
@@ -162,8 +174,7 @@ def _estimation(inp, c, lang) -> list[str]:
                                    need=need)
         out.append(text)
         return out
-    ran = (fill(lang, "estimation.ran", epochs=epochs, best=best_epoch)
-           if epochs is not None else "")
+    ran = (fill(lang, "estimation.ran", epochs=epochs, best=best_epoch) if epochs else "")
     out += [fill(lang, "estimation.series", val=_pct(m.val_fraction), ran=ran, **common),
             fill(lang, "estimation.shrink", w=f"{c['w']:.2f}")]
     return out
@@ -287,6 +298,10 @@ def _sensitivity(inp, lang) -> list[str]:
 
 def _strengths(inp, c, lang) -> list[str]:
     f = lambda name, **kw: fill(lang, name, **kw)           # noqa: E731
+    if c.get("unmeasured"):
+        return ([f"\\subsection*{{{f('h.strengths')}}}", f"\\textbf{{{f('h.weak')}}}",
+                 r"\begin{itemize}", f"  \\item {f('weak.unmeasured', n=c['n_obs'])}"
+                 f"{f('item.end')}", r"\end{itemize}"])
     t = c["test"]
     test = ""
     if t is not None:
