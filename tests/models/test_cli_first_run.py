@@ -25,8 +25,10 @@ def _monthly(n, start="2010-01-01", seed=0):
 
 @pytest.fixture(scope="module")
 def ten_years(tmp_path_factory):
-    """Ten years of monthly data fitted with every default (the run a new user makes first);
-    built once for the module's three tests (over 5 s: a backtest against six baselines)."""
+    """Ten years of monthly data fitted with the defaults (the run a new user makes first),
+    and --force-model so that the forecast is the 2-epoch network's whatever the backtest
+    says; built once for the module's three tests (over 5 s: a backtest against six
+    baselines)."""
     d = tmp_path_factory.mktemp("ten_years")
     _monthly(120).to_csv(d / "s.csv", index=False)
     import io
@@ -35,7 +37,7 @@ def ten_years(tmp_path_factory):
     buf = io.StringIO()
     with redirect_stdout(buf):
         code = main(["fit", "forecast", "--csv", str(d / "s.csv"), "--target", "sales", "--time",
-                     "month", "--max-epochs", "2", "--out", str(d / "fc")])
+                     "month", "--max-epochs", "2", "--force-model", "--out", str(d / "fc")])
     return d, code, buf.getvalue()
 
 
@@ -48,12 +50,18 @@ def test_ten_years_of_monthly_data_fit_with_the_default_origins(ten_years):
     assert "backtest over 5 origin(s), not the default 10" in " ".join(text.split())
     assert "--origins" in text
     assert m["forecast"]["time"][0] == "2020-01-01"
+    # the base and w are on the console and in metrics.json; a baseline that beat the model
+    # on the backtest is named, and --force-model kept the model
+    assert f"base: {m['base_final']}, network weight w = {m['network_weight_w']:.2f}" in text
+    won = m["baseline_won"]
+    if won is not None:
+        assert won["forced_model"] and "--force-model keeps the model" in " ".join(text.split())
 
 
 def test_an_unbounded_interval_is_explained_where_it_appears(ten_years):
     d, _, text = ten_years
     m = json.loads((d / "fc" / "metrics.json").read_text())
-    (note,) = m["interval_notes"]              # 8 held-out windows: 80% bounded, 95% not
+    (note,) = m["interval_notes"]              # 12 held-out windows: 80% bounded, 95% not
     assert note.startswith("the 95% interval is unbounded") and "needs at least 19" in note
     assert "the 95% interval is unbounded" in " ".join(text.split())
     fc = pd.read_csv(d / "fc" / "forecast.csv")
@@ -69,12 +77,12 @@ def test_a_later_history_is_forecast_on_its_own_calendar(ten_years, tmp_path, ca
                  str(tmp_path / "later.csv"), "--target", "sales", "--time", "month",
                  "--out", str(tmp_path / "p.csv")]) == 0
     p = pd.read_csv(tmp_path / "p.csv")
-    assert p["time"].iloc[0] == "2021-06-01"         # the month after the history's last
-    assert np.abs(p["forecast"].to_numpy() - truth).max() < 2.0
+    assert p["month"].iloc[0] == "2021-06-01"        # the month after the history's last
+    assert np.abs(p["sales"].to_numpy() - truth).max() < 2.0
     # predict writes the intervals too
-    assert list(p.columns) == ["step", "time", "forecast", "lower_80", "upper_80", "lower_95",
-                               "upper_95"]
-    assert (p["lower_80"] < p["forecast"]).all() and (p["forecast"] < p["upper_80"]).all()
+    assert list(p.columns) == ["step", "month", "sales", "lower_80", "upper_80", "lower_95",
+                               "upper_95"]                # the input's column names
+    assert (p["lower_80"] < p["sales"]).all() and (p["sales"] < p["upper_80"]).all()
     assert "95% interval is unbounded" in " ".join(capsys.readouterr().out.split())
     # without --time: said, and no dates borrowed from the fitted series
     assert main(["predict", "--model", str(d / "fc" / "model"), "--csv",

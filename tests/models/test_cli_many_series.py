@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import torch
 
 from attnlab.cli import main
 
@@ -30,7 +31,7 @@ def test_many_series_from_one_long_csv(tmp_path, capsys):
     out = tmp_path / "fc"
     assert main(["fit", "forecast", "--csv", str(tmp_path / "long.csv"), "--target", "sales",
                  "--time", "month", "--id", "store", "--horizon", "6", "--max-epochs", "3",
-                 "--out", str(out)]) == 0
+                 "--force-model", "--out", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--season 12 inferred" in text and "global forecaster" in text
     assert "1 series shorter than lookback 24 + horizon 6" in text and "s0" in text
@@ -39,15 +40,66 @@ def test_many_series_from_one_long_csv(tmp_path, capsys):
     assert "the 95% interval is unbounded (-inf, inf): 6 held-out windows of 1 series" in text
     m = json.loads((out / "metrics.json").read_text())
     assert m["series"] == 12 and set(m["held_out"]) == {"global forecaster", "seasonal_naive",
-                                                        "ets", "theta"}
+                                                        "ets", "theta", "combination"}
     assert m["held_out"]["global forecaster"]["series"] == 11
-    fc = pd.read_csv(out / "forecast.csv")
-    assert len(fc) == 72 and fc.groupby("unique_id").size().eq(6).all()
-    assert fc[fc.unique_id == "s1"]["ds"].iloc[0] == "2020-01-01"  # after the last month
+    # one default base, printed with w
+    assert m["base"] == m["base_final"] == "combination"
+    assert f"base: combination, network weight w = {m['network_weight_w']:.2f}" in text
+    # what a single series' fit writes
+    for name in ("held_out.png", "model.tex", "model.md", "paper/paper.tex", "model"):
+        assert (out / name).exists(), name
+    fc = pd.read_csv(out / "forecast.csv")                  # the input's column names
+    assert list(fc.columns[:3]) == ["store", "month", "sales"]
+    assert len(fc) == 72 and fc.groupby("store").size().eq(6).all()
+    assert fc[fc.store == "s1"]["month"].iloc[0] == "2020-01-01"  # after the last month
     assert main(["predict", "--model", str(out / "model"), "--out",
                  str(tmp_path / "p.csv")]) == 0
     p = pd.read_csv(tmp_path / "p.csv")
-    assert np.allclose(p.forecast, fc.forecast) and list(p.columns) == list(fc.columns)
+    assert np.allclose(p.sales, fc.sales) and list(p.columns) == list(fc.columns)
+    # beyond the fitted horizon: refused in the command line's words
+    assert main(["predict", "--model", str(out / "model"), "--horizon", "12", "--out",
+                 str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "--horizon 12 is beyond the 6 steps" in err and "--horizon 6 or less" in err
+
+
+def test_a_saved_panel_forecasts_new_months_without_refitting(tmp_path, capsys):
+    _long_csv(tmp_path / "long.csv")
+    full = pd.read_csv(tmp_path / "long.csv")
+    full["month"] = pd.to_datetime(full["month"])
+    early = full[full.month < "2019-07-01"]              # six months fewer for each series
+    early.assign(month=early.month.dt.strftime("%Y-%m-%d")).to_csv(tmp_path / "early.csv",
+                                                                   index=False)
+    out = tmp_path / "fc"
+    assert main(["fit", "forecast", "--csv", str(tmp_path / "early.csv"), "--target", "sales",
+                 "--time", "month", "--id", "store", "--horizon", "6", "--max-epochs", "2",
+                 "--force-model", "--out", str(out)]) == 0
+    capsys.readouterr()
+    from attnlab.models import load
+
+    fitted = load(out / "model")
+    weights = {k: v.clone() for k, v in fitted.net_.state_dict().items()}
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "long.csv"),
+                 "--target", "sales", "--time", "month", "--id", "store", "--out",
+                 str(tmp_path / "new.csv")]) == 0
+    new = pd.read_csv(tmp_path / "new.csv")
+    # forecasts after the new months, not after the fitted ones
+    assert new[new.store == "s1"]["month"].iloc[0] == "2020-01-01"
+    # the same network: what the model predicts from the new values, nothing trained
+    again = fitted.predict(Y=_as_long(tmp_path / "long.csv"))
+    assert np.allclose(np.sort(again.forecast), np.sort(new.sales))
+    for k, v in fitted.net_.state_dict().items():
+        assert torch.equal(v, weights[k])
+    # the id and target are needed with --csv
+    assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "long.csv"),
+                 "--target", "sales", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "needs --target COL and --id COL" in capsys.readouterr().err
+
+
+def _as_long(path):
+    from attnlab.cli.readers import panel_from_csv
+
+    return panel_from_csv(path, "sales", "month", "store")
 
 
 def test_many_series_refusals_are_one_line(tmp_path, capsys):

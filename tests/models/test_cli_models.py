@@ -57,10 +57,13 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     assert set(m["backtest"]) == {"attention", "seasonal_naive", "ets", "ar", "arima", "theta",
                                   "combination"}
     fc = pd.read_csv(out / "forecast.csv")
-    assert list(fc.columns) == ["step", "time", "forecast", "lower_80", "upper_80", "lower_95",
+    # the input's names: the --time and --target columns
+    assert list(fc.columns) == ["step", "month", "sales", "lower_80", "upper_80", "lower_95",
                                 "upper_95"]
-    assert (fc["lower_95"] <= fc["lower_80"]).all() and (fc["lower_80"] <= fc["forecast"]).all()
-    assert m["base_backtest"] == m["base_final"]                 # the saved model is evaluated
+    assert (fc["lower_95"] <= fc["lower_80"]).all() and (fc["lower_80"] <= fc["sales"]).all()
+    # the saved model is the evaluated one, or the baseline that beat it on the backtest
+    won = m["baseline_won"]
+    assert m["base_final"] == (won["baseline"] if won else m["base_backtest"])
     assert m["refit"] is True
     for name in ("backtest.png", "attention.png", "forecast.png", "forecast.csv", "model.tex"):
         assert (out / name).is_file()
@@ -68,7 +71,8 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     assert main(["predict", "--model", str(out / "model"), "--horizon", "9",
                  "--out", str(tmp_path / "f.csv")]) == 0
     f = pd.read_csv(tmp_path / "f.csv")
-    assert len(f) == 9 and f["time"].iloc[0] == "2012-07-01" and f["time"].iloc[8] == "2013-03-01"
+    assert len(f) == 9 and f["month"].iloc[0] == "2012-07-01"
+    assert f["month"].iloc[8] == "2013-03-01" and list(f.columns[:3]) == ["step", "month", "sales"]
     assert "recursively" in capsys.readouterr().out                 # beyond the fitted 6
     assert main(["predict", "--model", str(out / "model"), "--horizon", "100000",
                  "--out", str(tmp_path / "f.csv")]) == 2
@@ -78,7 +82,7 @@ def test_fit_forecast_csv_with_dates_then_predict(tmp_path, capsys):
     assert "--exog reads the covariates of --csv" in capsys.readouterr().err
     assert main(["predict", "--model", str(out / "model"), "--csv", str(tmp_path / "s.csv"),
                  "--target", "sales", "--time", "month", "--out", str(tmp_path / "g.csv")]) == 0
-    assert pd.read_csv(tmp_path / "g.csv")["time"].iloc[0] == "2012-07-01"
+    assert pd.read_csv(tmp_path / "g.csv")["month"].iloc[0] == "2012-07-01"
 
 
 @pytest.mark.parametrize("args, words", [
@@ -149,7 +153,7 @@ def test_predict_continues_a_forecaster_fitted_with_exog(tmp_path):
                  "--target", "y", "--time", "month", "--exog", "x",
                  "--out", str(tmp_path / "p.csv")]) == 0
     p = pd.read_csv(tmp_path / "p.csv")
-    assert len(p) == 3 and p["time"].iloc[0] == "2011-01-01"
+    assert len(p) == 3 and p["month"].iloc[0] == "2011-01-01"
 
 
 def test_tabular_predict_matches_columns_by_name_and_says_what_it_leaves_out(tmp_path, capsys):

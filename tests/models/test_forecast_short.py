@@ -54,33 +54,3 @@ def test_a_base_that_cannot_be_fitted_is_dropped_with_a_note(monkeypatch):
     assert any("arima base could not be fitted" in x and "dropped" in x for x in f.notes_)
     assert np.isfinite(f.predict()).all()
     bases_mod._FITS.clear()
-
-
-@pytest.mark.parametrize("n", [36, 40, 55])
-def test_a_base_only_monthly_series_goes_through_the_cli_and_the_paper(n, tmp_path, capsys):
-    """Three to four years of months (36 to 57 points): too short for the network, so the
-    forecast is the base's. fit forecast once failed there after fitting, on the attention of
-    a model that has none ("zero-size array to reduction operation minimum"), and paper with
-    it; both now write every file, and the attention figure says there is none."""
-    import pandas as pd
-
-    from attnlab.cli import main
-
-    rng = np.random.default_rng(n)
-    t = np.arange(n)
-    y = 100 + 10 * np.sin(2 * np.pi * t / 12) + 0.5 * t + rng.normal(0, 2, n)
-    csv = tmp_path / "m.csv"
-    pd.DataFrame({"month": pd.date_range("2020-01-01", periods=n, freq="MS").strftime("%Y-%m"),
-                  "sales": y.round(2)}).to_csv(csv, index=False)
-    args = ["--csv", str(csv), "--target", "sales", "--time", "month", "--season", "12"]
-    assert main(["fit", "forecast", *args, "--max-epochs", "5", "--out",
-                 str(tmp_path / "f")]) == 0
-    said = capsys.readouterr().out
-    assert "the base alone" in said or "the base's alone" in said
-    for name in ("forecast.csv", "metrics.json", "model.md", "attention.png", "model"):
-        assert (tmp_path / "f" / name).exists(), name
-    if n == 40:                                   # the paper, once, without compiling
-        assert main(["paper", *args, "--quick", "--no-compile", "--seeds", "1", "--out",
-                     str(tmp_path / "p")]) == 0
-        tex = (tmp_path / "p" / "paper.tex").read_text()
-        assert "not interpreted" in tex                  # w = 0: no reading of the weights

@@ -40,9 +40,21 @@ def fit_forecast_cmd(
     lookback: Optional[int] = typer.Option(None, min=1, help="Past steps the model reads "
                                            "(default 3 seasons, or 24)."),
     encoder: str = typer.Option("gru", help="gru, lstm or transformer."),
-    base: str = typer.Option("auto", help="Statistical forecast the network corrects: auto "
-                             "(best of seasonal_naive, ets, ar on the training tail), "
-                             "seasonal_naive, naive, ets, ar, or none."),
+    base: str = typer.Option("combination", help="Statistical forecast the network corrects: "
+                             "combination (the median of ets, arima and theta), auto (the "
+                             "best candidate on the training tail), seasonal_naive, naive, "
+                             "drift, ets, ar, arima, theta, or none."),
+    force_model: bool = typer.Option(False, "--force-model", help="Forecast with the model "
+                                     "even when a baseline beats it on the backtest (by "
+                                     "default the better baseline forecasts, said so)."),
+    val_fraction: Optional[float] = typer.Option(None, min=0.05, max=0.6, help="Part held "
+                                                 "out for early stopping and the intervals' "
+                                                 "calibration: of one series' training "
+                                                 "windows (default 0.2, at least 38 windows "
+                                                 "where a third holds them), or with --id of "
+                                                 "the series (default 0.3). Larger: more "
+                                                 "calibration windows, so finite 95% "
+                                                 "intervals."),
     pool: str = typer.Option("attention", help="attention, or mean (the ablation)."),
     origins: Optional[int] = typer.Option(None, min=1, help="Rolling-origin backtest origins "
                                           "(default 10, or as many as the series holds)."),
@@ -70,6 +82,11 @@ def fit_forecast_cmd(
         if exog or future or refit or origins is not None:
             raise UsageError("--exog, --future, --refit and --origins are for one series; "
                              "with --id the last --horizon values of each series are held out")
+        if base == "auto":
+            raise UsageError("--base auto picks a base per series' tail and is for one series; "
+                             "with --id every series takes one base: combination (the "
+                             "default), theta, ets, arima, seasonal_naive, naive, drift, ar "
+                             "or none")
         import pandas as pd
 
         long = readers.panel_from_csv(csv, target, time, id)
@@ -82,7 +99,10 @@ def fit_forecast_cmd(
         horizon = horizon or (season or 12)
         with working("many series: held-out evaluation, then the final model"):
             m = jobs.fit_global(long, out, horizon=horizon, season=season,
-                                base="theta" if base == "auto" else base, say=say,
+                                base=base, say=say, force_model=force_model,
+                                id_column=id, time_column=time, value_column=target,
+                                name=target, **({} if val_fraction is None else
+                                                 {"holdout": val_fraction}),
                                 encoder=encoder, max_epochs=max_epochs, seed=seed,
                                 lookback=lookback)
         table = Table(title=f"{m['series']} series: the last {horizon} values held out",
@@ -124,8 +144,16 @@ def fit_forecast_cmd(
         m = jobs.fit_forecast(y, out, X=X, X_future=F, future_ahead=F_ahead,
                               horizon=horizon, season=season,
                               n_origins=origins, name=name, say=say, refit=refit,
-                              encoder=encoder, base=base, pool=pool,
+                              encoder=encoder, base=base, pool=pool, force_model=force_model,
+                              **({} if val_fraction is None else
+                                 {"val_fraction": val_fraction}), time_column=time,
+                              value_column=None if example is not None else target,
                               lookback=lookback, max_epochs=max_epochs, seed=seed)
+    if not m["backtest"]:
+        console.print(f"{name}: {m['backtest_note']}; forecast by the {m['base_final']} base")
+        console.print(f"results written to {out}/: "
+                      + ", ".join(Path(p).name for p in m["files"]))
+        return
     table = Table(title=f"{name}: backtest over {m['n_origins']} origins, horizon {horizon}",
                   title_justify="left")
     for col in ("method", "MAE", "RMSE", "MAPE %", "MASE"):

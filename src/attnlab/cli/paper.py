@@ -98,6 +98,18 @@ def paper_cmd(
     model = AttentionForecaster(horizon=horizon, season=season, max_epochs=epochs)
     if origins is None:
         origins = jobs.default_origins(model, len(y), say)
+    if origins == 0:                  # too short for any backtest: the paper says so
+        with working("fitting the base on the whole series"):
+            model.fit(y)
+        for note in model.notes_:
+            say(note)
+        with jobs.result_folder(out) as d:
+            files = write_paper(d, PaperInputs(model, None, name, [], y=y, draft=None),
+                                lang, compile_pdf)
+        console.print(f"paper written to {out}/: {', '.join(files)}"
+                      + ("" if "paper.pdf" in files else
+                         f" (compile with: cd {out} && {ENGINES[lang]} paper.tex)"))
+        return
     values = y.to_numpy(dtype=float)
     with working("backtest"):
         bt = model.backtest(y, n_origins=origins, baselines=jobs.CLI_BASELINES)
@@ -148,8 +160,7 @@ def _panel_paper(Y, name: str, horizon: int, season, lang: str, seeds: int, quic
 
     epochs = 10 if quick else 60
     n_seeds = min(seeds, 2) if quick else seeds
-    model = GlobalForecaster(horizon, season=season, base="combination", max_epochs=epochs,
-                             seed=0)
+    model = GlobalForecaster(horizon, season=season, max_epochs=epochs, seed=0)
     with working("held-out evaluation (every series' base, then the network)"):
         r = holdout_panel(model, Y)
     for note in r.notes:
