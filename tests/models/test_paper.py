@@ -76,6 +76,10 @@ def test_the_text_is_written_from_the_measurements(measured, lang):
     assert ("within noise: 2 seeds are too few for a test" in tex if lang == "en" else
             "2 个随机种子不足以做检验" in tex)
     assert "attention helps here" not in tex and "此处注意力有效" not in tex
+    # where mean pooling forecasts as well, the weights are a property of the fit
+    if bt.model.shrink_ > 0:
+        assert ("not evidence of which lags matter" in tex if lang == "en" else
+                "并不能说明哪些滞后重要" in tex)
     # the strength or weakness against the best baseline carries its Diebold-Mariano p
     assert "Diebold--Mariano $p = " in tex.split(r"\subsection*")[-1] or lang == "zh"
     if lang == "en":                                                # the article by sound
@@ -244,3 +248,15 @@ def test_a_difference_from_the_best_baseline_within_noise_is_never_a_strength(me
     assert ("differ within noise" in text if lang == "en" else "噪声范围内" in text)
     clear = document._strengths(inp, {**c, "test": {"kind": "dm", "p": 0.001}}, lang)
     assert "0.339" in "\n".join(clear).split(r"\textbf", 2)[1]     # now a strength
+
+
+def test_the_reading_of_the_weights_follows_the_ablation(measured):
+    """The weights are evidence of which lags matter only where attention pooling beat mean
+    pooling; otherwise they are a property of the fit, or untested without an ablation."""
+    from attnlab.models.forecast.paper.document import _reading
+
+    bt, ab, _, _ = measured
+    inp = PaperInputs(bt.model, bt, "s", [], ablation=ab)
+    assert "a property of this fit" in _reading(inp, {"verdict": "noise"}, "en")
+    assert "contributes" in _reading(inp, {"verdict": "better", "verdict_p": 0.01}, "en")
+    assert "not tested here" in _reading(PaperInputs(bt.model, bt, "s", []), {}, "en")

@@ -33,14 +33,18 @@ def _fallback_fonts() -> tuple[str, ...]:
 
 @contextmanager
 def _fonts(name: str):
-    """CJK fallback fonts while text is laid out and drawn; the glyphs still missing are
+    """CJK fallback fonts and TrueType embedding while text is laid out, drawn and saved
+    (inside an ``rc_context``: the caller's settings are untouched); the glyphs still missing are
     reported in one warning that names a character and the fix, instead of matplotlib's one
     per glyph."""
     import matplotlib
 
+    # TrueType (42), not Type 3, fonts in PDF and PostScript: publishers' checkers reject
+    # Type 3, and its glyphs are bitmaps to some viewers
     with warnings.catch_warnings(record=True) as caught, matplotlib.rc_context(
             {"font.sans-serif": list(_fallback_fonts())
-             + list(matplotlib.rcParams["font.sans-serif"])}):
+             + list(matplotlib.rcParams["font.sans-serif"]),
+             "pdf.fonttype": 42, "ps.fonttype": 42}):
         warnings.simplefilter("always")
         yield
     missing = []

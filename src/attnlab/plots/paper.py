@@ -4,9 +4,11 @@ of the body's small print (9-10 pt against the body's 11 pt), in the paper's lan
 Each figure's size is the size it takes on the page (``\\linewidth`` of A4 with 2.5 cm margins:
 16 cm), so nothing is scaled down by LaTeX. The words come from the language's template (the
 ``plot.*`` pieces of :mod:`attnlab.models.forecast.paper.text`). For Chinese, text is set in a
-CJK font found through fontconfig (:func:`cjk_font_file`) and passed to each text element, so
-that matplotlib's global font list is left as it is; without one, the figures fall back to the
-English words and say so in a warning.
+CJK font found through fontconfig (:func:`cjk_font_file`), after DejaVu Sans in each text
+element's family list, so that Latin letters and digits keep a proportional face and only the
+characters DejaVu lacks come from the CJK font (the font file is added to matplotlib's font
+list, which changes no other entry); without one, the figures fall back to the English words
+and say so in a warning.
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def cjk_font_file() -> str | None:
     return next(iter(usable.values()), None)
 
 
+@lru_cache(maxsize=None)
+def _cjk_family(path: str) -> str:
+    """The family name of the font file ``path``, added to matplotlib's font list once (an
+    addition: no other font's entry or any setting changes) so that a family list can fall
+    back to it glyph by glyph."""
+    from matplotlib import font_manager
+
+    if not any(f.fname == path for f in font_manager.fontManager.ttflist):
+        font_manager.fontManager.addfont(path)
+    return font_manager.FontProperties(fname=path).get_name()
+
+
 class Words:
     """The figures' words in one language, and the font they are set in."""
 
@@ -71,9 +85,12 @@ class Words:
             self.lang = "en"
         self.font = font
 
+        family = ["DejaVu Sans"] + ([_cjk_family(font)] if font else [])
+
         def props(size: float = SIZE):
-            return (FontProperties(fname=font, size=size) if font
-                    else FontProperties(family="DejaVu Sans", size=size))
+            # Latin letters and digits in DejaVu Sans, the characters it lacks in the CJK face
+            # (a CJK font's own Latin is often monospaced): matplotlib's per-glyph fallback
+            return FontProperties(family=family, size=size)
         self.props = props
 
     def __call__(self, name: str, **kw) -> str:
@@ -129,34 +146,37 @@ def draw_architecture(model, ax, lang: str = "en", panel: bool = False):
     n_head = 2 * d + (H if panel else getattr(model, "n_future_", 0) * H)
     pool = w("plot.arch.mean") if model.pool == "mean" else w("plot.arch.attention", L=L)
     base = getattr(model, "base_name_", model.base)
-    boxes = [w("plot.arch.input", L=L, n=n_in),
+    values = w("plot.arch.values1") if n_in == 1 else w("plot.arch.values", n=n_in)
+    boxes = [w("plot.arch.input", L=L, n=values),
              w("plot.arch.encoder", ENC=model.encoder.upper(), L=L, d=d), pool,
              w("plot.arch.head", n_head=n_head, d=d, H=H), w("plot.arch.out", H=H)]
     colors = ["#dbe9f6", "#c6dbef", "#fdd0a2", "#c7e9c0", "#e5e5e5"]
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.axis("off")
-    xs = [0.012 + 0.198 * i for i in range(5)]
+    # five boxes with room around their three lines of text, arrows in the gaps between
+    xs = [0.01 + 0.2 * i for i in range(5)]
+    bw = 0.17
     for x, text, color in zip(xs, boxes, colors):
-        ax.add_patch(FancyBboxPatch((x, 0.40), 0.178, 0.56, boxstyle="round,pad=0.008",
+        ax.add_patch(FancyBboxPatch((x, 0.42), bw, 0.54, boxstyle="round,pad=0.01",
                                     facecolor=color, edgecolor="#555555"))
-        ax.text(x + 0.09, 0.68, text, ha="center", va="center",
-                fontproperties=w.props(SIZE - 1.5), linespacing=1.3)
+        ax.text(x + bw / 2, 0.69, text, ha="center", va="center",
+                fontproperties=w.props(SIZE - 1.5), linespacing=1.35)
     for x, nx in zip(xs, xs[1:]):
-        ax.add_patch(FancyArrowPatch((x + 0.186, 0.68), (nx - 0.004, 0.68),
+        ax.add_patch(FancyArrowPatch((x + bw + 0.008, 0.69), (nx - 0.008, 0.69),
                                      arrowstyle="-|>", mutation_scale=10, color="#333333"))
     label = w("plot.arch.base_panel" if panel else "plot.arch.base", bname=w.base(base))
-    ax.add_patch(FancyBboxPatch((0.34, 0.05), 0.44, 0.22, boxstyle="round,pad=0.008",
+    ax.add_patch(FancyBboxPatch((0.26, 0.04), 0.52, 0.22, boxstyle="round,pad=0.01",
                                 facecolor="#f2f2f2", edgecolor="#555555"))
-    ax.text(0.56, 0.16, label, ha="center", va="center", fontproperties=w.props(SIZE - 1.5))
-    ax.add_patch(FancyArrowPatch((0.785, 0.16), (0.89, 0.39), arrowstyle="-|>",
+    ax.text(0.52, 0.15, label, ha="center", va="center", fontproperties=w.props(SIZE - 1.5))
+    ax.add_patch(FancyArrowPatch((0.79, 0.15), (xs[4] + bw / 2, 0.40), arrowstyle="-|>",
                                  mutation_scale=10, color="#333333"))
     return ax
 
 
 def save_architecture(model, path, lang: str = "en", panel: bool = False) -> Path:
     """:func:`draw_architecture` as a PDF (or any format by suffix) ``WIDTH`` wide."""
-    with figure(path, figsize=(WIDTH, 2.0), layout=None) as fig:
+    with figure(path, figsize=(WIDTH, 2.3), layout=None) as fig:
         draw_architecture(model, fig.add_axes((0, 0, 1, 1)), lang, panel)
     return Path(path)
 
@@ -185,6 +205,9 @@ def draw_attention(att: np.ndarray, rows: list[str], ax, lang: str = "en",
                   fontproperties=w.props())
     _style(ax, w)
     bar = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    top = norm.vmax
+    step = 0.5 if top <= 3 else float(np.ceil(top / 6))
+    bar.set_ticks(sorted({0.0, 1.0, *np.arange(0.0, top + 1e-9, step).round(2).tolist()}))
     bar.set_label(w("plot.att.bar"), fontproperties=w.props())
     _style(bar.ax, w)
     return ax
@@ -232,6 +255,10 @@ def draw_backtest(y, bt, ax, lang: str = "en"):
                     label=w("plot.mase", method=w.method(name),
                             v=f"{bt.metrics[name]['MASE']:.2f}") if k == 0 else None)
     ax.axvline(x[int(bt.origins[0])], color="#999999", linewidth=0.8)
+    ax.set_xlabel(w("plot.bt.x.date" if isinstance(index, pd.DatetimeIndex)
+                    else "plot.bt.x.step"), fontproperties=w.props())
+    ax.set_ylabel(w("plot.bt.y", series=getattr(y, "name", None) or w("plot.observed")),
+                  fontproperties=w.props())
     ax.legend(loc="upper left", prop=w.props(SIZE - 1), frameon=False, ncol=2)
     _style(ax, w)
     return ax
@@ -239,7 +266,7 @@ def draw_backtest(y, bt, ax, lang: str = "en"):
 
 def save_backtest(y, bt, path, lang: str = "en") -> Path:
     """:func:`draw_backtest` ``WIDTH`` wide."""
-    with figure(path, figsize=(WIDTH, 2.9)) as fig:
+    with figure(path, figsize=(WIDTH, 3.2)) as fig:
         draw_backtest(y, bt, fig.add_subplot(), lang)
     return Path(path)
 

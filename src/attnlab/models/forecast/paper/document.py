@@ -133,7 +133,8 @@ def paper_tex(inp: PaperInputs, lang: str = "en") -> str:
             doc += _figure(inp.figures["attention"], f(f"fig.attention.{kind}", L=L),
                            r"0.9\linewidth")
         if c["cases"] is not None:
-            doc.append(_cases(inp, c, lang, kind))
+            doc.append(_cases(inp, c, lang, kind) + (" " if lang == "en" else "")
+                       + _reading(inp, c, lang))
     # results
     doc += [f"\\subsection*{{{f('h.results')}}}", f"\\subsubsection*{{{f('h.comparison')}}}"]
     if c.get("unmeasured"):
@@ -197,6 +198,19 @@ def _cases(inp, c, lang, kind) -> str:
                         what=fill(lang, f"cases.{what}"), weight=_pct(float(att[i, j])),
                         lag=L - j))
     return (" " if lang == "en" else "").join(out)
+
+
+def _reading(inp, c, lang) -> str:
+    """How far the weights may be read: as evidence of which lags matter only where the
+    ablation found attention pooling better than mean pooling; else as a property of the
+    fit, said with the numbers that show it."""
+    if inp.ablation is None:
+        return fill(lang, "cases.unchecked")
+    if c["verdict"] == "better":
+        return fill(lang, "cases.checked", p=f"{c['verdict_p']:.3f}")
+    s = inp.ablation.summary()
+    return fill(lang, "cases.fit_property", att=f"{s['base + attention']['mean']:.3f}",
+                mean=f"{s['base + mean pooling']['mean']:.3f}")
 
 
 def _comparison(inp, c, lang, kind) -> list[str]:
