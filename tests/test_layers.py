@@ -105,10 +105,10 @@ def test_the_folder_order_is_the_import_order():
 
 
 # Inside models/: the wings stand side by side and share only models' common modules; the
-# common modules know no wing. (The old module paths, which forward to a wing, are left out.)
+# common modules know no wing.
 WINGS = ("attnlab.models.forecast", "attnlab.models.tabular", "attnlab.models.graph")
 SHARED = ("attnlab.models.training", "attnlab.models.io", "attnlab.models.latex",
-          "attnlab.models.datasets", "attnlab.models._moved")
+          "attnlab.models.datasets")
 
 
 def _wing(module: str) -> str | None:

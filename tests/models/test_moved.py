@@ -1,28 +1,9 @@
-"""The forecasting, table and graph modules moved into models/forecast/, tabular/ and graph/;
-their old paths warn, name the new one and the release that removes them, and forward every
-name (public and private)."""
+"""The forecasting, table and graph modules live in models/forecast/, tabular/ and graph/; the
+public names stay importable from attnlab.models, and the old module paths are gone."""
 
 import importlib
-import sys
 
 import pytest
-
-MOVED = {"bases": "forecast.bases", "baselines": "forecast.baselines",
-         "backtest": "forecast.backtest", "ablation": "forecast.ablation",
-         "forecast_nets": "forecast.nets", "paper": "forecast.paper",
-         "tabular_input": "tabular.inputs", "graph_data": "graph.data",
-         "graph_study": "graph.study"}
-
-
-@pytest.mark.parametrize("old, new", MOVED.items())
-def test_an_old_path_warns_and_forwards(old, new):
-    sys.modules.pop(f"attnlab.models.{old}", None)
-    with pytest.warns(DeprecationWarning, match=rf"attnlab\.models\.{old} is now "
-                      rf"attnlab\.models\.{new}; the old path is removed in attnlab 0\.2\.0"):
-        mod = importlib.import_module(f"attnlab.models.{old}")
-    target = importlib.import_module(f"attnlab.models.{new}")
-    names = [n for n in vars(target) if not n.startswith("__")]
-    assert names and all(getattr(mod, n) is getattr(target, n) for n in names)
 
 
 def test_the_public_paths_are_unchanged():
@@ -45,14 +26,9 @@ def test_the_table_and_graph_packages_keep_their_names():
     assert infer_task([0, 1, 1]) == "classification"
 
 
-def test_the_tables_baselines_moved_to_their_wing_and_the_old_path_still_has_them():
-    import warnings
-
-    from attnlab.models.tabular.baselines import tabular_baselines
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("attnlab.models.baselines")
-        assert old.tabular_baselines is tabular_baselines
-        with pytest.raises(AttributeError, match="has no attribute 'nope'"):
-            _ = old.nope
+@pytest.mark.parametrize("old", ["bases", "baselines", "backtest", "ablation", "forecast_nets",
+                                 "paper", "tabular_input", "graph_data", "graph_study"])
+def test_the_old_paths_are_gone(old):
+    """0.1.0 was never released: the modules that moved left no forwarding shim behind."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"attnlab.models.{old}")

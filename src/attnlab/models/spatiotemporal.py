@@ -34,7 +34,6 @@ from attnlab.models._params import (
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
     TRAINING,
-    keyword_only_after_first,
 )
 from attnlab.models.forecast import WindowSettings
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
@@ -83,7 +82,6 @@ class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
         "season": OPTIONAL_POSITIVE_INT, "hidden_size": POSITIVE_INT, "dropout": FRACTION,
         "val_fraction": FRACTION, **TRAINING}
 
-    @keyword_only_after_first
     def __init__(self, horizon: int = 12, *, lookback: int | None = None,
                  season: int | None = None, hidden_size: int = 32, dropout: float = 0.1,
                  val_fraction: float = 0.2, max_epochs: int = 200, batch_size: int = 32,

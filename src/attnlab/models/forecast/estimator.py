@@ -29,6 +29,8 @@ origin; errors are MAE, RMSE, MAPE and MASE.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -43,7 +45,6 @@ from attnlab.models._params import (
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
     TRAINING,
-    keyword_only_after_first,
     one_of,
 )
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
@@ -126,7 +127,6 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         ((6,), (36,))
     """
 
-    @keyword_only_after_first
     def __init__(self, horizon: int = 12, *, lookback: int | None = None, encoder: str = "gru",
                  hidden_size: int = 32, num_layers: int = 1, nhead: int = 4,
                  dropout: float = 0.1, season: int | None = None, base: str = DEFAULT,
@@ -366,10 +366,26 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         t = val_data[-1].double()
         den = float((out * out).sum())
         w = min(1.0, max(0.0, float((out * t).sum()) / den)) if den > 0 else 0.0
+        if w > 0 and os.environ.get("ATTNLAB_SHRINK_SE", "1") == "1":
+            w *= self._significance(out, t, w)
         last = self.net_.pool.head[-1]
         last.weight.mul_(w)
         last.bias.mul_(w)
         return w
+
+    def _significance(self, out, t, w: float) -> float:
+        """The factor ``max(0, 1 - se^2 / w^2)`` that shrinks the least-squares ``w`` by its
+        sampling error (positive-part James-Stein on one coefficient: a ``w`` one standard
+        error from 0 becomes 0, one ten errors away keeps 99% of itself). ``se`` is the
+        sandwich error over the validation windows, times the ``H`` consecutive windows that
+        share targets (their errors are not independent)."""
+        a = (out * t).sum(1)
+        b = (out * out).sum(1)
+        k = len(a)
+        if k < 2:
+            return 0.0
+        var = float(((a - w * b) ** 2).sum()) / float(b.sum()) ** 2 * min(self.horizon, k)
+        return max(0.0, 1.0 - var / (w * w))
 
     LEVELS = (0.8, 0.95)
 

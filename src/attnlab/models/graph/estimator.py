@@ -18,7 +18,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
-from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING, keyword_only_after_first
+from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING
 from attnlab.models.graph.data import (  # noqa: F401
     Graph,
     GraphInputError,
@@ -74,7 +74,6 @@ class GATClassifier(io.SavedEstimator, BaseEstimator):
         "hidden": POSITIVE_INT, "heads": POSITIVE_INT, "dropout": FRACTION,
         **{k: v for k, v in TRAINING.items() if k not in ("batch_size", "clip_norm")}}
 
-    @keyword_only_after_first
     def __init__(self, hidden: int = 8, *, heads: int = 8, dropout: float = 0.6, lr: float = 0.005,
                  weight_decay: float = 5e-4, max_epochs: int = 200, patience: int = 100,
                  seed: int = 0, device: str = "auto", verbose: bool = False):

@@ -30,7 +30,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from attnlab.models import io
-from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING, keyword_only_after_first
+from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING
 from attnlab.models.latex import Equations
 from attnlab.models.tabular.inputs import (  # noqa: F401
     TableInput,
@@ -88,7 +88,6 @@ class _FTNet(nn.Module):
 
 
 class _FeatureAttentionBase(TableInput, io.SavedEstimator, BaseEstimator):
-    @keyword_only_after_first
     def __init__(self, d_token: int = 32, *, n_blocks: int = 2, nhead: int = 4,
                  dropout: float = 0.1, val_fraction: float = 0.15, max_epochs: int = 200,
                  batch_size: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
