@@ -10,7 +10,7 @@ import torch
 
 from attnlab.core import backends as _backends  # noqa: F401  (registers the built-in backends)
 from attnlab.core.registry import get_backend, select_backend
-from attnlab.core.softmax import merge_partials
+from attnlab.core.softmax import add_sink
 from attnlab.core.spec import (
     AttentionOutput,
     broadcast_shapes,
@@ -311,8 +311,7 @@ def _validate_sinks(sinks, spec) -> torch.Tensor | None:
 def _with_sink(res: AttentionOutput, sink: torch.Tensor) -> AttentionOutput:
     """A sink is one more key with logit ``sink`` and value 0: merge ``(out, lse)`` with the
     partial result ``(0, sink)`` (the one merge rule of :mod:`attnlab.core.softmax`)."""
-    sink = sink.expand_as(res.lse)                                   # (*batch, N_q)
-    out, lse = merge_partials(res.out, res.lse, torch.zeros_like(res.out), sink)
+    out, lse = add_sink(res.out, res.lse, sink)                      # sink (*batch, 1)
     weights = None
     if res.weights is not None:
         share = torch.exp(res.lse - lse).nan_to_num(0.0).unsqueeze(-1)   # mass left to keys

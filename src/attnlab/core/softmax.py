@@ -68,6 +68,16 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor,
     return out, m + r
 
 
+def add_sink(out: torch.Tensor, lse: torch.Tensor,
+             sink: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One more key with logit ``sink`` (``(..., N_q)``, or broadcastable to it) and value 0,
+    merged into a result ``(out (..., N_q, D_v), lse (..., N_q))`` by :func:`merge_partials`:
+    the sink of gpt-oss's heads, which takes softmax mass and returns nothing. Differentiable
+    in all three; a row with no key gets lse = sink and output 0."""
+    sink = sink.to(lse.dtype).expand_as(lse)
+    return merge_partials(out, lse, torch.zeros_like(out), sink)
+
+
 def merge_split(out_a: torch.Tensor, m_a: torch.Tensor, r_a, out_b: torch.Tensor,
                 m_b: torch.Tensor, r_b, *, base2: bool = False):
     """The merge rule with each lse held in two parts, ``lse = m + r``: ``m`` a row shift (the

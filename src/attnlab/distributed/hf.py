@@ -51,11 +51,18 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from attnlab.core.softmax import add_sink
 from attnlab.distributed.hybrid import choose_split, hybrid_attention, hybrid_ranges, make_mesh
 from attnlab.distributed.layout import check_layout, shard_ranges, take
 from attnlab.distributed.modules import choose_strategy
 from attnlab.distributed.ring import ring_attention
 from attnlab.distributed.ulysses import ulysses_attention
+from attnlab.integrations.transformers import (
+    add_names,
+    causal_and_window,
+    config_field,
+    remove_names,
+)
 
 NAMES = {"attnlab_ring": "ring", "attnlab_ulysses": "ulysses", "attnlab_sharded": "auto",
          "attnlab_hybrid": "hybrid"}
@@ -84,8 +91,6 @@ _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("attnlab_sh
 
 def _refuse(module, name: str, dropout: float, position_bias, kwargs) -> None:
     """A ValueError naming what the model asked for that a sharded call cannot do."""
-    from attnlab.integrations.transformers import config_field
-
     model = type(module).__name__
     if dropout and module.training:
         field = config_field(getattr(module, "config", None), "attention dropout") \
@@ -120,12 +125,8 @@ def make_sharded_attention(strategy: str):
                                "attnlab.distributed.hf.ShardedModel")
         _refuse(module, name, dropout, position_bias, kwargs)
         sink = s_aux if s_aux is not None else sinks
-        if is_causal is None:
-            is_causal = getattr(module, "is_causal", True)
-        causal = bool(is_causal)
-        window = None
-        if sliding_window is not None:
-            window = (int(sliding_window) - 1, 0 if causal else int(sliding_window) - 1)
+        # padding travels as each rank's key mask, never as a mask tensor
+        causal, window = causal_and_window(module, is_causal, sliding_window, query.shape[2])
         chosen = strategy
         if chosen == "auto":
             chosen = choose_strategy(query.shape[1], key.shape[1], call.world)
@@ -149,13 +150,12 @@ def make_sharded_attention(strategy: str):
 
 
 def with_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
-    """Attention with a per-head sink logit (gpt-oss) from attention without one: the sink
-    adds ``exp(sink)`` to every row's softmax denominator, so the output is the sink-free one
-    times ``exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink)``. Applied once after the
-    ranks' partials are merged; differentiable in all three (a row with no key: lse = -inf,
-    factor 0)."""
-    factor = torch.sigmoid(lse - sinks.to(lse.dtype)[None, :, None])
-    return out * factor.to(out.dtype)[..., None]
+    """Attention with a per-head sink logit (gpt-oss) from attention without one, ``out (B, H,
+    N, D)`` and ``lse (B, H, N)``: core's merge with one more key of logit ``sink`` and value 0
+    (:func:`attnlab.core.softmax.add_sink`), applied once after the ranks' partials are
+    merged."""
+    merged, _ = add_sink(out, lse, sinks.to(lse.dtype)[None, :, None])
+    return merged.to(out.dtype)
 
 
 def _no_mask(*args, **kwargs):
@@ -169,23 +169,16 @@ _REGISTERED: dict[str, tuple] = {}
 
 
 def register() -> list[str]:
-    """Register :data:`NAMES` with transformers' attention and mask interfaces (idempotent;
-    transformers' own names are untouched)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    for name, strategy in NAMES.items():
-        if name in _REGISTERED:
-            continue
-        taken = AttentionInterface._global_mapping.get(name)
-        if taken is not None and not getattr(taken, "__name__", "").startswith("attnlab_"):
-            raise ValueError(f"attention implementation {name!r} is already registered by "
-                             f"{getattr(taken, '__module__', '?')}; attnlab leaves it alone")
-        fn = make_sharded_attention(strategy)
-        AttentionInterface.register(name, fn)
-        AttentionMaskInterface.register(name, _no_mask)
-        _REGISTERED[name] = (fn, _no_mask)
+    """Register :data:`NAMES` with transformers' attention and mask interfaces through the
+    integration's one registrar (idempotent; transformers' own names are untouched)."""
+    add_names({name: (lambda strategy=strategy: (make_sharded_attention(strategy), _no_mask))
+               for name, strategy in NAMES.items()}, _REGISTERED)
     return list(_REGISTERED)
+
+
+def unregister() -> None:
+    """Remove the names :func:`register` added."""
+    remove_names(_REGISTERED)
 
 
 class ShardedModel:

@@ -164,20 +164,14 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
         mask = mask[..., :n_k]
         if mask.dtype != torch.bool:
             mask = mask.to(query.dtype)                      # additive: 0 or a large negative
-    # transformers' rule (its sdpa implementation): the call's flag, else the module's,
-    # True when the module has none; only without a mask and for more than one query.
-    if is_causal is None:
-        is_causal = getattr(module, "is_causal", True)
-    causal = bool(is_causal) and mask is None and n_q > 1
+    causal, window = causal_and_window(module, is_causal, sliding_window, n_q,
+                                       masked=mask is not None)
     n_used = n_k
     if causal and n_k > n_q:          # an empty static cache: its causal mask is top-left
         n_used = n_q
         key, value = key[:, :, :n_q], value[:, :, :n_q]
         if position_bias is not None:
             position_bias = position_bias[..., :n_q]
-    window = None
-    if sliding_window is not None and mask is None and (causal or n_q == 1):
-        window = (int(sliding_window) - 1, 0)             # keys j > p - sliding_window
     if position_bias is not None:
         bias = position_bias.to(query.dtype)
         if mask is None:
@@ -238,6 +232,26 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
                    value.detach().repeat_interleave(g, 1), float(scale))
         _recording.report(module, weights, vectors)
     return out.transpose(1, 2).contiguous(), weights        # (B, N, H, D), (B, H, N, N)
+
+
+def causal_and_window(module, is_causal, sliding_window, n_q: int,
+                      masked: bool = False) -> tuple[bool, tuple[int, int] | None]:
+    """The one rule both bridges to transformers (this module and
+    :mod:`attnlab.distributed.hf`) turn a call's flags into ``causal`` and ``window`` by.
+
+    Causal: transformers' rule of its sdpa implementation, the call's ``is_causal``, else the
+    module's, True when the module has none; only without a mask and for more than one query
+    (one query attends to every cached key). Window: only without a mask (a mask already
+    holds it); ``sliding_window`` keys up to the query, ``(w - 1, 0)``, for a causal module,
+    and ``w - 1`` on each side for a bidirectional one, as flash-attn's ``window_size``."""
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", True)
+    causal = bool(is_causal) and not masked and n_q > 1
+    window = None
+    if sliding_window is not None and not masked:
+        w = int(sliding_window) - 1
+        window = (w, 0 if is_causal else w)
+    return causal, window
 
 
 def _packed_segments(module, kwargs, n_q: int, n_k: int):
@@ -404,12 +418,7 @@ def register(names=None) -> list[str]:
         the names now registered. Raises ``ValueError`` if one of them is already taken by
         something other than attnlab (nothing of transformers' own names is touched).
     """
-    try:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface
-    except ImportError as exc:
-        raise ImportError("attnlab's transformers integration needs transformers >= 4.48 "
-                          f"(its AttentionInterface): {exc}") from None
+    interfaces()                                    # the version gate, before any change
     table = {**NAMES, **RECORD_NAMES}
     chosen = list(table) if names is None else list(names)
     unknown = [n for n in chosen if n not in table]
@@ -427,34 +436,73 @@ def register(names=None) -> list[str]:
             raise ValueError(f"{', '.join(asked)} cannot be registered here: {no_gpu}; use "
                              "'attnlab' or 'attnlab_tiled' on this machine")
         chosen = [n for n in chosen if not table[n][0].startswith("triton")]
-    for name in chosen:
-        if any(bad in name for bad in _FORBIDDEN):       # a guard for future names
-            raise AssertionError(name)
-        if name in _REGISTERED:
-            continue
-        taken = AttentionInterface._global_mapping.get(name)
-        if taken is not None and not getattr(taken, "__name__", "").startswith("attnlab_"):
-            raise ValueError(f"attention implementation {name!r} is already registered by "
-                             f"{getattr(taken, '__module__', '?')}; attnlab leaves it alone")
-        backend, style = table[name]
-        fn, mask_fn = make_attention(backend), make_mask(style)
-        AttentionInterface.register(name, fn)
-        AttentionMaskInterface.register(name, mask_fn)
-        _REGISTERED[name] = (fn, mask_fn)
+    add_names({name: (lambda name=name: (make_attention(table[name][0]),
+                                         make_mask(table[name][1]))) for name in chosen},
+              _REGISTERED)
     return [n for n in table if n in _REGISTERED]
 
 
 def unregister() -> None:
     """Remove every name :func:`register` added (transformers' own names are untouched)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
+    remove_names(_REGISTERED)
 
-    for name, (fn, mask_fn) in list(_REGISTERED.items()):
-        if AttentionInterface._global_mapping.get(name) is fn:
-            del AttentionInterface._global_mapping[name]
-        if AttentionMaskInterface._global_mapping.get(name) is mask_fn:
-            del AttentionMaskInterface._global_mapping[name]
-        del _REGISTERED[name]
+
+# ---- the one place that touches transformers' registries -----------------------------------
+
+MIN_TRANSFORMERS = "4.48"          # AttentionInterface and AttentionMaskInterface
+
+
+def interfaces():
+    """transformers' ``(AttentionInterface, AttentionMaskInterface)``; an ImportError naming
+    the version needed where transformers is missing or older."""
+    try:
+        import transformers
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError as exc:
+        raise ImportError(f"attnlab's transformers bridge needs transformers >= "
+                          f"{MIN_TRANSFORMERS} (its AttentionInterface): {exc}") from None
+    from packaging.version import Version
+
+    if Version(transformers.__version__).release < Version(MIN_TRANSFORMERS).release:
+        raise ImportError(f"attnlab's transformers bridge needs transformers >= "
+                          f"{MIN_TRANSFORMERS}, found {transformers.__version__}; upgrade it")
+    return AttentionInterface, AttentionMaskInterface
+
+
+def add_names(makers: dict, registered: dict) -> None:
+    """Register each ``name: maker`` (``maker()`` gives the attention function and the mask
+    function) with transformers' attention and mask interfaces, recording it in
+    ``registered``. A name already in ``registered`` is skipped; a name transformers already
+    holds for something that is not attnlab's is refused (ValueError) before any change, and
+    transformers' own names are never touched. Used by both bridges (this module and
+    :mod:`attnlab.distributed.hf`)."""
+    attention, mask = interfaces()
+    todo = [n for n in makers if n not in registered]
+    for name in todo:
+        if any(bad in name for bad in _FORBIDDEN):       # a guard for future names
+            raise AssertionError(name)
+        taken = attention._global_mapping.get(name)     # private: the only read of it
+        if taken is not None and not getattr(taken, "__name__", "").startswith("attnlab_"):
+            raise ValueError(f"attention implementation {name!r} is already registered by "
+                             f"{getattr(taken, '__module__', '?')}; attnlab leaves it alone")
+    for name in todo:
+        fn, mask_fn = makers[name]()
+        attention.register(name, fn)
+        mask.register(name, mask_fn)
+        registered[name] = (fn, mask_fn)
+
+
+def remove_names(registered: dict) -> None:
+    """Undo :func:`add_names` for every name in ``registered`` (only where transformers still
+    holds attnlab's function: a name re-registered by someone else is left to them)."""
+    attention, mask = interfaces()
+    for name, (fn, mask_fn) in list(registered.items()):
+        if attention._global_mapping.get(name) is fn:
+            del attention._global_mapping[name]
+        if mask._global_mapping.get(name) is mask_fn:
+            del mask._global_mapping[name]
+        del registered[name]
 
 
 def is_transformers_model(model) -> bool:
