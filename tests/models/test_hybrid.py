@@ -186,3 +186,22 @@ def test_arima_fits_a_seasonal_series_of_five_years():
     assert b.seasonal_order == (0, 1, 1, 12)
     truth = 50 + 0.1 * np.arange(60, 72) + season
     assert np.abs(b.forecasts(y, np.array([60]), 12)[0] - truth).max() < 2.5
+
+
+def test_w_is_shrunk_by_its_sampling_error():
+    """w's least-squares value is kept where the correction explains the validation errors
+    many standard errors beyond chance, and dropped where it is within noise of none."""
+    import torch
+
+    from attnlab.models import AttentionForecaster
+
+    f = AttentionForecaster(horizon=4)
+    g = torch.Generator().manual_seed(0)
+    out = torch.randn(40, 4, generator=g, dtype=torch.float64)
+    signal = 0.8 * out + 0.05 * torch.randn(40, 4, generator=g, dtype=torch.float64)
+    w = float((out * signal).sum() / (out * out).sum())
+    assert f._significance(out, signal, w) > 0.99
+    noise = torch.randn(40, 4, generator=g, dtype=torch.float64)
+    w = max(float((out * noise).sum() / (out * out).sum()), 1e-3)
+    assert f._significance(out, noise, w) == 0.0
+    assert f._significance(out[:1], signal[:1], 0.8) == 0.0       # one window: no estimate

@@ -67,7 +67,7 @@ def forecaster_equations(model) -> Equations:
         (r"s_\Delta", "standard deviation, over the training windows, of the targets' "
          "change from the base forecast"),
         ("w", "weight of the network's correction in [0, 1], chosen by least squares on "
-         "the validation windows"
+         "the validation windows and shrunk by its standard error"
          + (f" (fitted: \\(w = {model.shrink_:.2f}\\)"
             + ("; the forecast is the base alone)" if model.shrink_ == 0 else ")")
             if hasattr(model, "shrink_") else "")),

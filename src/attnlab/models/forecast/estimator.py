@@ -29,8 +29,6 @@ origin; errors are MAE, RMSE, MAPE and MASE.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -357,8 +355,9 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
     def _shrink_to_validation(self, val_data) -> float:
         """Scale the network's correction of the base by the ``w`` in [0, 1] that minimizes
         the validation windows' squared error of ``base + w * correction`` (least squares,
-        clipped): 1 keeps it, 0 is the base alone, when the trained correction does not beat
-        the base on data the training never saw. Folded into the output layer."""
+        clipped), shrunk by its sampling error (:meth:`_significance`): 1 keeps it, 0 is the
+        base alone, when the trained correction does not beat the base on data the training
+        never saw beyond chance. Folded into the output layer."""
         if val_data is None:
             return 1.0
         self.net_.eval()
@@ -366,7 +365,7 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         t = val_data[-1].double()
         den = float((out * out).sum())
         w = min(1.0, max(0.0, float((out * t).sum()) / den)) if den > 0 else 0.0
-        if w > 0 and os.environ.get("ATTNLAB_SHRINK_SE", "1") == "1":
+        if w > 0:
             w *= self._significance(out, t, w)
         last = self.net_.pool.head[-1]
         last.weight.mul_(w)
