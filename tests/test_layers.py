@@ -323,3 +323,48 @@ def test_seeded_library_calls_leave_the_callers_rng_alone():
     assert torch.equal(torch.rand(3), expected)
     src = (ROOT / "zoo" / "induction.py").read_text(encoding="utf-8")
     assert "@torch.random.fork_rng(devices=[])" in src
+
+
+# A private name (a module or a name starting with "_") is its package's own: other packages
+# reach it through a public name. The exceptions, each with its reason:
+PRIVATE_SHARED = {
+    "attnlab._files": "the atomic write every package's outputs go through (a leaf)",
+    "attnlab._threads": "the CLI's thread rule, used by the library's long calls (a leaf)",
+    "attnlab.__version__": "the version stamped into reports",
+}
+
+
+def _private_imports(path: Path, module: str) -> list[tuple[str, str]]:
+    """``(imported module, name)`` of every private module or name ``module`` imports from
+    another top-level package of attnlab."""
+    own = module.split(".")[1] if module.count(".") else ""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("attnlab"):
+            continue
+        parts = node.module.split(".")
+        if (parts[1] if len(parts) > 1 else "") == own:
+            continue
+        for alias in node.names:
+            private = any(p.startswith("_") for p in parts[1:]) or alias.name.startswith("_")
+            if not private:
+                continue
+            if node.module in PRIVATE_SHARED or f"{node.module}.{alias.name}" in PRIVATE_SHARED:
+                continue
+            out.append((node.module, alias.name))
+    return out
+
+
+def test_no_package_imports_another_packages_private_names():
+    bad = {m: found for m, p in ((_module_name(p), p) for p in ROOT.rglob("*.py"))
+           if (found := _private_imports(p, m))}
+    assert not bad, f"private names imported across packages (give them a public name): {bad}"
+
+
+def test_a_planted_private_import_is_caught(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("from attnlab.core.tiles import _private_helper\n"
+                       "from attnlab.nn import _hidden\n"
+                       "from attnlab._files import write_text_atomic\n")
+    assert _private_imports(planted, "attnlab.inspect.planted") == [
+        ("attnlab.core.tiles", "_private_helper"), ("attnlab.nn", "_hidden")]

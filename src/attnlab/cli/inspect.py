@@ -100,16 +100,17 @@ def inspect_cmd(
                 raise UsageError(f"--model {model} inspects one short text: give TEXT, not "
                                  "--file")
             text = file.read_text(encoding="utf-8")     # a decoder reads a corpus as one text
-        from attnlab.inspect.show import _from_name
+        from attnlab.inspect import Census, build
         from attnlab.zoo.smollm2 import ModelNotInstalled
 
         try:
             with working(f"inspecting with {model}"):
-                ins = _from_name(model, text, pair, truncate, census, row_list)
+                ins = build(model, text, pair, truncate=truncate, census=census,
+                            rows=row_list)
         except (MemoryError, ValueError, ModelNotInstalled) as exc:   # said in a line
             raise UsageError(str(exc).splitlines()[0]) from None
         _write_csv(ins, csv)
-        if hasattr(ins, "stats"):                  # the census (long context)
+        if isinstance(ins, Census):                # the census (long context)
             _finish_census(ins, out, model, file)
             return
         settings = {"model": ins.model, "text": ins.texts[0][0],

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core import masks as M
-from attnlab.core._geometry import band_range, tile_of
+from attnlab.core.geometry import band_range, tile_of
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-# The band geometry lives in core._geometry; these names stay importable from here.
-from attnlab.core._geometry import BandRange, band_range, tile_of  # noqa: F401
+# The band geometry lives in core.geometry; these names stay importable from here.
+from attnlab.core.geometry import BandRange, band_range, tile_of  # noqa: F401
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

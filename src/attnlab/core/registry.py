@@ -136,6 +136,12 @@ def unregister_backend(name: str) -> Backend:
     return backend
 
 
+def restore_backend(backend: Backend) -> None:
+    """Put ``backend`` (as :func:`unregister_backend` or :func:`get_backend` returned it) back
+    under its name, replacing what is there: how a plug-in or a test undoes a replacement."""
+    _REGISTRY[backend.name] = backend
+
+
 def list_backends() -> dict[str, Backend]:
     """All registered backends by name, in registration order."""
     return dict(_REGISTRY)

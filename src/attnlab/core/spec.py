@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from attnlab.core import masks as M
-from attnlab.core._geometry import fold_band, validate_window
 from attnlab.core.dropout import draw_seed
+from attnlab.core.geometry import fold_band, validate_window
 
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 

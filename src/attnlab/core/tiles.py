@@ -22,8 +22,8 @@ import math
 import torch
 
 from attnlab.core import compiled
-from attnlab.core._geometry import band_range, tile_keep, tile_of
 from attnlab.core.dropout import keep_mask
+from attnlab.core.geometry import band_range, tile_keep, tile_of
 from attnlab.core.masks import materialize
 from attnlab.core.score_mod import apply as apply_score_mod
 from attnlab.core.spec import AttentionSpec

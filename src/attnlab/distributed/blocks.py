@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.core import _geometry as G
+from attnlab.core import geometry as G
 from attnlab.core import masks as M
 from attnlab.core.api import attention, no_dispatch
 from attnlab.core.backends.tiled import block_backward

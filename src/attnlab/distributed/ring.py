@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.core._geometry import validate_window
+from attnlab.core.geometry import validate_window
 from attnlab.core.softmax import NEG_INF
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import agree, check_local, checked_locally, masks_of

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.core._geometry import validate_window
 from attnlab.core.api import attention, no_dispatch
+from attnlab.core.geometry import validate_window
 from attnlab.core.registry import select_backend
 from attnlab.core.spec import build_spec
 from attnlab.distributed import layout as L

@@ -8,7 +8,7 @@ nn.TransformerEncoderLayer), and Hugging Face transformers models.
 How each kind is captured, without replacing anyone's code:
 
 * attnlab modules report their weights through a context variable that they check
-  (:mod:`attnlab.nn._recording`);
+  (:mod:`attnlab.nn.recording`);
 * ``torch.nn.MultiheadAttention``: a forward pre-hook (torch's hook API, ``with_kwargs``) asks for
   ``need_weights=True, average_attn_weights=False`` and a forward hook takes the weights and
   hands the caller what it asked for. ``nn.TransformerEncoderLayer`` calls its attention with
@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 
 from attnlab.integrations import transformers as hf
-from attnlab.nn import _recording
+from attnlab.nn import recording
 from attnlab.nn.multihead import MultiheadAttention as AttnlabMHA
 
 _MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
@@ -75,7 +75,7 @@ class Recording:
 
     def add(self, module, weights: torch.Tensor, vectors=None) -> None:
         """Record ``weights (B, H, N_q, N_k)`` from ``module`` with its name and kind, and the
-        ``(q, k, v, scale)`` they came from when given (see :mod:`attnlab.nn._recording`)."""
+        ``(q, k, v, scale)`` they came from when given (see :mod:`attnlab.nn.recording`)."""
         name = self._names.get(id(module), type(module).__name__)
         self.raw.append(weights)
         self.raw_vectors.append(vectors)
@@ -248,13 +248,13 @@ def record(model: nn.Module):
         model.set_attn_implementation(hf.record_name(model))
     fast = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
-    token = _recording.push(rec)
+    token = recording.push(rec)
     ok = False
     try:
         yield rec
         ok = True
     finally:
-        _recording.pop(token)
+        recording.pop(token)
         torch.backends.mha.set_fastpath_enabled(fast)
         for h in handles:
             h.remove()

@@ -178,7 +178,7 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
             ``labels_past``, :meth:`Census.changes`).
     """
     from attnlab.integrations import transformers as ah
-    from attnlab.nn import _recording
+    from attnlab.nn import recording
 
     if isinstance(model, str):                     # a zoo language model by name
         from attnlab import zoo
@@ -208,7 +208,7 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     collector = Collector(ids, sink_keys, band, names, pooled, rows, sharpest, real, sink_start)
     was_training = model.training
     model.eval()
-    token = _recording.push_census(collector)
+    token = recording.push_census(collector)
     try:
         with torch.no_grad():
             if is_hf:
@@ -216,7 +216,7 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
             else:
                 run_module(model, input_ids if inputs is None else inputs, collector)
     finally:
-        _recording.pop_census(token)
+        recording.pop_census(token)
         model.train(was_training)
     if not collector.layers:
         where = ("transformers' attention interface" if is_hf else

@@ -155,14 +155,14 @@ def run_module(model, inputs, collector) -> None:
     ``torch.nn.MultiheadAttention`` is read by a forward pre-hook (its projections applied to
     the call's inputs, its masks in attnlab's polarity)."""
     from attnlab.inspect.capture import _torch_mha_vectors
-    from attnlab.nn.multihead import _to_core_mask
+    from attnlab.nn.multihead import to_core_mask
 
     handles = []
     for m in model.modules():
         if isinstance(m, torch.nn.MultiheadAttention):
             handles.append(m.register_forward_pre_hook(
                 lambda mod, args, kwargs: _torch_mha(mod, args, kwargs, collector,
-                                                     _torch_mha_vectors, _to_core_mask),
+                                                     _torch_mha_vectors, to_core_mask),
                 with_kwargs=True))
     try:
         model(*(inputs if isinstance(inputs, tuple) else (inputs,)))

@@ -94,7 +94,7 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
                               cross_attentions=cross_attentions, encoder_tokens=encoder_tokens,
                               decoder_tokens=decoder_tokens, name=name or "maps")
     elif isinstance(model, (str, Path)):
-        ins = _from_name(model, text, pair, truncate, census, rows)
+        ins = build(model, text, pair, truncate=truncate, census=census, rows=rows)
     elif not isinstance(model, nn.Module):
         raise TypeError(f"model must be a name, a folder or a torch.nn.Module, got "
                         f"{type(model).__name__}")
@@ -179,8 +179,20 @@ def _check_text(text, pair) -> None:
                              + (" for the default sentence" if what == "text" else ""))
 
 
-def _from_name(model, text, pair, truncate, census=None, rows=None) -> Inspection | Census:
-    """The one routing of a model given by name or folder (show() and attnlab inspect)."""
+def build(model: str | Path, text: str | None = None, pair: str | None = None, *,
+          truncate: bool = False, census: bool | None = None,
+          rows=None) -> Inspection | Census:
+    """The report's contents for a model given by name (``"minilm"``, ``"kjv"``,
+    ``"smollm2"``, ``"induction"``, ``"dates"``) or by a Hugging Face folder, on ``text``
+    (and ``pair`` for a sentence-pair encoder): an :class:`~attnlab.inspect.run.Inspection`
+    (every map), or a :class:`~attnlab.inspect.census.Census` past 1,024 tokens or with
+    ``census=True``. The one routing that ``attnlab inspect`` and :func:`show` use; ``show``
+    adds only the display.
+
+    Example:
+        >>> from attnlab.inspect import build
+        >>> report = build("kjv", "In the beginning God created")   # doctest: +SKIP
+    """
     from attnlab.inspect import generative as G
     from attnlab.inspect.run import inspect_texts
 

@@ -52,7 +52,7 @@ import torch
 
 from attnlab.core.api import attention
 from attnlab.core.registry import list_backends
-from attnlab.nn import _recording
+from attnlab.nn import recording
 
 # name -> (attnlab backend, mask style)
 NAMES: dict[str, tuple[str, str]] = {
@@ -157,8 +157,8 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
             f"{type(module).__name__} passed attention option(s) {', '.join(unknown)} that "
             "attnlab does not know, so its result could differ from the model's; use a "
             "transformers version whose options attnlab knows, or report the option")
-    recording = _recording.listening()
-    want = recording or _weights_wanted(kwargs)
+    listening = recording.listening()
+    want = listening or _weights_wanted(kwargs)
     n_q, n_k = query.shape[2], key.shape[2]
     if mask is not None:
         mask = mask[..., :n_k]
@@ -197,14 +197,14 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
         backend = "auto"                  # nothing to skip in this call (see the module doc)
     if want and backend not in ("auto", "reference") and \
             not list_backends()[backend].capabilities.weights:
-        if recording:
+        if listening:
             backend = "reference"
         else:
             raise ValueError(
                 f"output_attentions=True asks for the attention weights, which attnlab's "
                 f"{backend!r} backend does not compute; use attn_implementation='attnlab' "
                 "(auto picks a backend that returns them) or 'attnlab_reference'")
-    collector = _recording.census()
+    collector = recording.census()
     fused = None
     if collector is not None:                    # attnlab.inspect.census: statistics, no map
         # the statistics' first pass is the tiled forward; where it can, it serves the call
@@ -225,12 +225,12 @@ def _attention(backend, module, query, key, value, mask, scaling, dropout, is_ca
         out, weights = (res.out, res.weights) if want else (res, None)
     if weights is not None and n_used < n_k:
         weights = torch.nn.functional.pad(weights, (0, n_k - n_used))
-    if recording:
+    if listening:
         g = query.shape[1] // key.shape[1]
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         vectors = (query.detach(), key.detach().repeat_interleave(g, 1),
                    value.detach().repeat_interleave(g, 1), float(scale))
-        _recording.report(module, weights, vectors)
+        recording.report(module, weights, vectors)
     return out.transpose(1, 2).contiguous(), weights        # (B, N, H, D), (B, H, N, N)
 
 

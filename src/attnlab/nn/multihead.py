@@ -13,7 +13,7 @@ Mask polarity. This module keeps torch's meaning at its boundary:
 * ``key_padding_mask`` bool ``(B, N_k)``: **True = padding** (ignored); float: added.
 
 The core (:func:`attnlab.attention`) uses the opposite bool polarity, **True = may attend**;
-the conversion happens once, in :func:`_to_core_mask`. One difference from torch on purpose:
+the conversion happens once, in :func:`to_core_mask`. One difference from torch on purpose:
 a query whose keys are all masked gets attention output 0 (so the module returns ``out_proj``'s
 bias there), where torch returns NaN.
 """
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from attnlab.core import attention
 from attnlab.core.api import current_route
-from attnlab.nn import _recording
+from attnlab.nn import recording
 
 
 def _check_mask_dtype(name: str, m: torch.Tensor | None) -> None:
@@ -38,7 +38,7 @@ def _check_mask_dtype(name: str, m: torch.Tensor | None) -> None:
                         f" or float (added to the scores), got {m.dtype}; use {name}.bool()")
 
 
-def _to_core_mask(attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
+def to_core_mask(attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
                   batch: int, heads: int, n_q: int, n_k: int,
                   dtype: torch.dtype) -> torch.Tensor | None:
     """torch-polarity masks -> one core mask (True = may attend, or an additive bias),
@@ -340,26 +340,26 @@ class MultiheadAttention(nn.Module):
             k = torch.cat([k, k.new_zeros(bsz, h_kv, 1, d)], dim=2)
             v = torch.cat([v, v.new_zeros(bsz, h_kv, 1, d)], dim=2)
             attn_mask, key_padding_mask, n_k = *_pad_masks(attn_mask, key_padding_mask), n_k + 1
-        mask = _to_core_mask(attn_mask, key_padding_mask, bsz, h, n_q, n_k, q.dtype)
-        collector = _recording.census()
+        mask = to_core_mask(attn_mask, key_padding_mask, bsz, h, n_q, n_k, q.dtype)
+        collector = recording.census()
         if collector is not None:                    # attnlab.inspect.census: statistics only
             collector.add(self, q, k, dict(mask=mask, causal=is_causal, softcap=self.softcap,
                                            temperature=self.temperature,
                                            enable_gqa=h_kv != h))
         # While attnlab.inspect.record listens, weights are computed and reported even if the
         # caller did not ask for them (the reference backend then serves the call).
-        recording = _recording.listening()
-        want = need_weights or recording
+        listening = recording.listening()
+        want = need_weights or listening
         res = attention(q, k, v, mask=mask, causal=is_causal, softcap=self.softcap,
                         temperature=self.temperature,
                         dropout_p=self.dropout if self.training else 0.0,
-                        enable_gqa=h_kv != h, backend="auto" if recording else self.backend,
+                        enable_gqa=h_kv != h, backend="auto" if listening else self.backend,
                         return_weights=want)
-        if recording:
+        if listening:
             g = h // h_kv                                 # K/V shown per query head
             vectors = (q.detach(), k.detach().repeat_interleave(g, 1),
                        v.detach().repeat_interleave(g, 1), 1.0 / (d ** 0.5 * self.temperature))
-            _recording.report(self, res.weights, vectors)
+            recording.report(self, res.weights, vectors)
         out = res.out if want else res                                    # (B, H, N_q, D_h)
         out = out.transpose(1, 2).reshape(bsz, n_q, self.embed_dim)      # (B, N_q, E)
         out = self.out_proj(out)

@@ -146,19 +146,24 @@ def register_checked(name: str, fn, capabilities, *, check=None, overwrite: bool
     Example:
         >>> register_checked("mine", mine, Capabilities(lse=True))   # doctest: +SKIP
     """
-    from attnlab.core.registry import _REGISTRY, register_backend
+    from attnlab.core.registry import (
+        list_backends,
+        register_backend,
+        restore_backend,
+        unregister_backend,
+    )
 
-    if name in _REGISTRY and not overwrite:
+    previous = list_backends().get(name)
+    if previous is not None and not overwrite:
         raise ValueError(f"backend {name!r} is already registered; pass overwrite=True to "
                          "replace it")
-    previous = _REGISTRY.get(name)
     backend = register_backend(name, fn, capabilities, check=check, overwrite=True, **options)
     report = check_backend(name)
     if not report.passed:
         if previous is None:
-            del _REGISTRY[name]
+            unregister_backend(name)
         else:
-            _REGISTRY[name] = previous
+            restore_backend(previous)
         lines = "; ".join(f"{r.case} [{r.dtype}]: {r.detail}" for r in report.failures[:5])
         raise ValueError(f"backend {name!r} failed {len(report.failures)} of "
                          f"{len(report.results)} conformance cases and was not registered "

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnlab.nn import _recording
+from attnlab.nn import recording
 from attnlab.nn.decoder import Transformer
 from attnlab.zoo._train import fit_steps
 
@@ -241,7 +241,7 @@ def alignment_accuracy(model: DatesModel, examples: list[Example], layer: int = 
 
 
 class _Collect:
-    """A listener for :mod:`attnlab.nn._recording`: every (module, weights) the model reports."""
+    """A listener for :mod:`attnlab.nn.recording`: every (module, weights) the model reports."""
 
     def __init__(self):
         self.calls: list[tuple[nn.Module, torch.Tensor]] = []
@@ -254,11 +254,11 @@ def _cross_attention(model: DatesModel, src: torch.Tensor, tgt_in: torch.Tensor
                      ) -> list[torch.Tensor]:
     """The decoder's cross-attention maps ``(B, H, T, S)``, one per decoder layer."""
     listener = _Collect()
-    token = _recording.push(listener)
+    token = recording.push(listener)
     try:
         model(src, tgt_in)
     finally:
-        _recording.pop(token)
+        recording.pop(token)
     cross = {id(layer.multihead_attn) for layer in model.transformer.decoder.layers}
     return [w for m, w in listener.calls if id(m) in cross]
 

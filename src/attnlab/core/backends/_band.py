@@ -18,8 +18,8 @@ import math
 
 import torch
 
-from attnlab.core._geometry import band_range
 from attnlab.core.dropout import keep_mask
+from attnlab.core.geometry import band_range
 from attnlab.core.softmax import backward_terms, finite_or_zero
 from attnlab.core.spec import AttentionSpec
 

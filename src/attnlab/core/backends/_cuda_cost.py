@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from attnlab.core._geometry import sdpa_needs_dense_mask
+from attnlab.core.geometry import sdpa_needs_dense_mask
 from attnlab.core.spec import AttentionSpec
 
 # (backend, kind) -> head dim -> N -> (fwd ps, fwd+bwd ps) per computed score

@@ -25,9 +25,9 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 
-from attnlab.core._geometry import band_range
 from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
+from attnlab.core.geometry import band_range
 from attnlab.core.layout import BlockLayout, block_layout
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.score_mod import TileGrad

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnlab.core._geometry import sdpa_needs_dense_mask
 from attnlab.core.backends.reference import absorbed_rows_by_formula
+from attnlab.core.geometry import sdpa_needs_dense_mask
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 

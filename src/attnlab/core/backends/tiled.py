@@ -5,7 +5,7 @@ Forward. For each block of queries, walk the key blocks; each tile gives a parti
 and :func:`~attnlab.core.softmax.merge_split` folds it into the running one. No N_q x N_k
 tensor exists beyond one ``(BH, block_q, block_k)`` tile. Tiles that the causal or window band
 excludes are never computed, tiles the band covers entirely are not masked, and a partial
-tile's band mask comes from the positions (:func:`~attnlab.core._geometry.tile_keep`).
+tile's band mask comes from the positions (:func:`~attnlab.core.geometry.tile_keep`).
 
 Without a float mask the scores are in units of log2 e, so every exponential is ``exp2``: the
 same numbers, about 3x faster than ``exp`` on CPU (FlashAttention-2's kernels do the same).
@@ -39,8 +39,8 @@ import math
 
 import torch
 
-from attnlab.core._geometry import tile_of
 from attnlab.core.backends.reference import absorbed_rows_by_formula
+from attnlab.core.geometry import tile_of
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.score_mod import TileGrad
 from attnlab.core.softmax import finite_or_zero, merge_split

@@ -14,6 +14,7 @@ _RECORDERS: ContextVar[tuple] = ContextVar("attnlab_recorders", default=())
 
 
 def listening() -> bool:
+    """Whether a recorder (:func:`attnlab.inspect.record`) listens in this context."""
     return bool(_RECORDERS.get())
 
 
@@ -27,10 +28,13 @@ def report(module: torch.nn.Module, weights: torch.Tensor, vectors=None) -> None
 
 
 def push(recorder) -> object:
+    """Add ``recorder`` (its ``add(module, weights, vectors)`` is called for every attention
+    call); returns the token :func:`pop` takes."""
     return _RECORDERS.set(_RECORDERS.get() + (recorder,))
 
 
 def pop(token) -> None:
+    """Remove the recorder :func:`push` added."""
     _RECORDERS.reset(token)
 
 
@@ -45,8 +49,11 @@ def census() -> object | None:
 
 
 def push_census(collector) -> object:
+    """Make ``collector`` the active census collector; returns the token for
+    :func:`pop_census`."""
     return _CENSUS.set(collector)
 
 
 def pop_census(token) -> None:
+    """Restore the census collector that was active before :func:`push_census`."""
     _CENSUS.reset(token)
