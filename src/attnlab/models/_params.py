@@ -28,6 +28,18 @@ TRAINING = {"max_epochs": POSITIVE_INT, "batch_size": POSITIVE_INT, "lr": POSITI
             "clip_norm": NON_NEGATIVE, "seed": SEED, "device": DEVICE, "verbose": FLAG}
 
 
+class TrainingParams:
+    """The parameters every estimator trained by :func:`attnlab.models.training.train` takes
+    (the keys of :data:`TRAINING`), kept by one call in its ``__init__``:
+    ``self._keep_training(locals())``."""
+
+    def _keep_training(self, given: dict) -> None:
+        """Set each training parameter from ``__init__``'s ``locals()``, unchanged (as
+        scikit-learn requires of an ``__init__``)."""
+        for name in TRAINING:
+            setattr(self, name, given[name])
+
+
 def one_of(*names: str) -> list:
     """The constraint "one of these strings"."""
     return [StrOptions(set(names))]

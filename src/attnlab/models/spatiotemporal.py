@@ -34,6 +34,7 @@ from attnlab.models._params import (
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
     TRAINING,
+    TrainingParams,
 )
 from attnlab.models.forecast import WindowSettings
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
@@ -65,7 +66,7 @@ class _SpatioTemporalNet(nn.Module):
         return out, tp.weights[:, :, 0], sp.weights
 
 
-class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
+class SpatioTemporalForecaster(WindowSettings, TrainingParams, BaseEstimator):
     """Forecast P series together with temporal and spatial attention (module docstring).
 
     Args:
@@ -94,15 +95,7 @@ class SpatioTemporalForecaster(WindowSettings, BaseEstimator):
         self.hidden_size = hidden_size
         self.dropout = dropout
         self.val_fraction = val_fraction
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.clip_norm = clip_norm
-        self.seed = seed
-        self.device = device
-        self.verbose = verbose
+        self._keep_training(locals())
 
     @property
     def _history(self) -> int:

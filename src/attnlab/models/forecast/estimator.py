@@ -43,6 +43,7 @@ from attnlab.models._params import (
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
     TRAINING,
+    TrainingParams,
     one_of,
 )
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
@@ -85,7 +86,8 @@ CALIBRATION_NEED = 19           # held-out windows a finite 95% split-conformal 
 REFITTED = ("ets", "ar", "arima", "theta", "combination")
 
 
-class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator, BaseEstimator):
+class AttentionForecaster(WindowSettings, ConformalIntervals, TrainingParams, io.SavedEstimator,
+                          BaseEstimator):
     """Multi-step forecaster with attention over past time steps.
 
     Args:
@@ -144,15 +146,7 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, io.SavedEstimator,
         self.pool = pool
         self.val_fraction = val_fraction
         self.network = network
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.clip_norm = clip_norm
-        self.seed = seed
-        self.device = device
-        self.verbose = verbose
+        self._keep_training(locals())
 
     # ---- configuration ------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ from attnlab.models._params import (
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
     TRAINING,
+    TrainingParams,
     one_of,
 )
 from attnlab.models.forecast.baselines import seasonal_scale
@@ -144,7 +145,7 @@ def series_scale(y: np.ndarray, season: int) -> float:
     return seasonal_scale(y, season) or (float(np.abs(y).mean()) or 1.0)
 
 
-class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
+class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstimator):
     """One attention network over many series, each series' statistical base kept.
 
     Args:
@@ -190,18 +191,10 @@ class GlobalForecaster(WindowSettings, SavedEstimator, BaseEstimator):
         self.nhead = nhead
         self.dropout = dropout
         self.pool = pool
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.clip_norm = clip_norm
-        self.seed = seed
-        self.device = device
-        self.verbose = verbose
         self.holdout = holdout
         self.n_jobs = n_jobs
         self.network = network
+        self._keep_training(locals())
 
     # ---- configuration ------------------------------------------------------------------
 

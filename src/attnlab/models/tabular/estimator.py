@@ -30,7 +30,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from attnlab.models import io
-from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING
+from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING, TrainingParams
 from attnlab.models.latex import Equations
 from attnlab.models.tabular.inputs import (  # noqa: F401
     TableInput,
@@ -87,7 +87,7 @@ class _FTNet(nn.Module):
         return (out, res.attentions) if return_weights else out
 
 
-class _FeatureAttentionBase(TableInput, io.SavedEstimator, BaseEstimator):
+class _FeatureAttentionBase(TableInput, TrainingParams, io.SavedEstimator, BaseEstimator):
     def __init__(self, d_token: int = 32, *, n_blocks: int = 2, nhead: int = 4,
                  dropout: float = 0.1, val_fraction: float = 0.15, max_epochs: int = 200,
                  batch_size: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
@@ -98,15 +98,7 @@ class _FeatureAttentionBase(TableInput, io.SavedEstimator, BaseEstimator):
         self.nhead = nhead
         self.dropout = dropout
         self.val_fraction = val_fraction
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.clip_norm = clip_norm
-        self.seed = seed
-        self.device = device
-        self.verbose = verbose
+        self._keep_training(locals())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
