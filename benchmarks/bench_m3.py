@@ -69,7 +69,11 @@ def _baselines(x, h, m):
     return out, failed
 
 
-def run_group(series, m: int, jobs: int, base: str, epochs: int) -> dict:
+def run_group(series, m: int, jobs: int, base: str, epochs: int,
+              lookbacks: tuple[int, ...] = ()) -> dict:
+    """One frequency: the global forecaster (or, with ``lookbacks`` as multiples of the
+    horizon, the median of one forecaster per lookback, N-BEATS's ensembling over lookbacks;
+    the intervals are the first member's) and the baselines, scored per series."""
     from joblib import Parallel, delayed
 
     from attnlab.models.forecast.global_model import GlobalForecaster
@@ -78,9 +82,17 @@ def run_group(series, m: int, jobs: int, base: str, epochs: int) -> dict:
     xs = [np.asarray(s.x, dtype=float) for s in series]
     ys = [np.asarray(s.xx, dtype=float) for s in series]
     t0 = time.perf_counter()
-    g = GlobalForecaster(h, season=m if m > 1 else None, base=base, n_jobs=jobs,
-                         max_epochs=epochs, seed=0).fit(xs)
-    fc, bounds = g.forecast_arrays()
+    members = []
+    for k in lookbacks or (None,):
+        g = GlobalForecaster(h, season=m if m > 1 else None, base=base, n_jobs=jobs,
+                             max_epochs=epochs, seed=0,
+                             lookback=None if k is None else k * h).fit(xs)
+        members.append(g.forecast_arrays())
+        if len(members) == 1:
+            first = g
+    g = first
+    fc = np.median(np.stack([f for f, _ in members]), axis=0)
+    bounds = members[0][1]
     took = time.perf_counter() - t0
     t1 = time.perf_counter()
     made = Parallel(n_jobs=jobs)(delayed(_baselines)(x, h, m) for x in xs)
@@ -203,8 +215,11 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=0,
                    help="a fixed random sample of N series per frequency (0: all)")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--base", default="theta")
+    p.add_argument("--base", default="combination")
     p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--lookbacks", default="",
+                   help="comma-separated lookbacks in horizons (e.g. 2,3,4): the median of one "
+                   "forecaster per lookback (N-BEATS ensembles over lookbacks)")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     p.add_argument("--figure", type=Path, default=None,
                    help="also draw the results here (PNG)")
@@ -235,7 +250,8 @@ def main() -> None:
             series = [series[i] for i in sorted(pick)]
         m = int(series[0].period) if args.dataset != "m3" else SEASON.get(freq, 1)
         print(f"{freq}: {len(series)} series, horizon {series[0].h}, season {m}", flush=True)
-        results[freq] = run_group(series, m, args.jobs, args.base, args.epochs)
+        results[freq] = run_group(series, m, args.jobs, args.base, args.epochs,
+                                  tuple(int(k) for k in args.lookbacks.split(",") if k))
     args.out.mkdir(parents=True, exist_ok=True)
     run_args = {k: str(v) for k, v in vars(args).items()
                 if k not in ("out", "figure", "from_json")}      # no paths of this machine

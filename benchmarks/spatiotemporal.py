@@ -24,7 +24,11 @@ import torch
 from attnlab.models.datasets import load_panel
 from attnlab.models.forecast import AttentionForecaster
 from attnlab.models.forecast.backtest import rolling_origin
-from attnlab.models.spatiotemporal import SpatioTemporalForecaster, simulated_crowd, upstream_share
+from attnlab.models.forecast.spatiotemporal import (
+    SpatioTemporalForecaster,
+    simulated_crowd,
+    upstream_share,
+)
 
 
 def per_series_attention(Y, horizon, season, lookback, n_origins, seed):

@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.models.spatiotemporal import SpatioTemporalForecaster, simulated_crowd, upstream_share
+from attnlab.models.forecast.spatiotemporal import (
+    SpatioTemporalForecaster,
+    simulated_crowd,
+    upstream_share,
+)
 
 FAST = dict(hidden_size=8, max_epochs=6, patience=3, seed=0, lookback=12)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from attnlab.models.forecast import AttentionForecaster, BacktestResult
 from attnlab.models.forecast.global_model import GlobalForecaster
+from attnlab.models.forecast.spatiotemporal import SpatioTemporalForecaster
 from attnlab.models.graph import GATClassifier, Graph
 from attnlab.models.seq2seq import ReversalSeq2Seq
-from attnlab.models.spatiotemporal import SpatioTemporalForecaster
 from attnlab.models.tabular import FeatureAttentionClassifier, FeatureAttentionRegressor
 from attnlab.models.training import TrainConfig, TrainHistory, train
 

@@ -3,6 +3,9 @@
 
 * ``estimator``: :class:`AttentionForecaster` (fit, predict, intervals, save / load);
 * ``global_model``: :class:`GlobalForecaster`, one network across many series;
+* ``spatiotemporal``: :class:`SpatioTemporalForecaster`, attention over places and over time;
+* ``windows``: what the three share (season, lookback, shortest series); ``intervals``: the
+  split-conformal intervals;
 * ``inputs``, ``equations``: the estimator's input checks and its equations;
 * ``bases``: the statistical bases it corrects (fixed parameters, any history);
 * ``baselines``: the traditional methods it is compared with, and the error measures;
@@ -13,8 +16,10 @@
 """
 
 from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
-from attnlab.models.forecast.estimator import AttentionForecaster, WindowSettings
+from attnlab.models.forecast.estimator import AttentionForecaster
 from attnlab.models.forecast.global_model import GlobalForecaster
+from attnlab.models.forecast.spatiotemporal import SpatioTemporalForecaster
+from attnlab.models.forecast.windows import WindowSettings
 
-__all__ = ["AttentionForecaster", "BacktestResult", "GlobalForecaster", "WindowSettings",
-           "rolling_origin"]
+__all__ = ["AttentionForecaster", "BacktestResult", "GlobalForecaster",
+           "SpatioTemporalForecaster", "WindowSettings", "rolling_origin"]

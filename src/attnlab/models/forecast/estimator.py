@@ -64,12 +64,9 @@ from attnlab.models.forecast.inputs import (
     plain,
     steps_between,
 )
-from attnlab.models.forecast.intervals import (
-    ConformalIntervals,
-    WindowSettings,
-    conformal_widths,
-)
+from attnlab.models.forecast.intervals import ConformalIntervals, conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.windows import WindowSettings
 from attnlab.models.latex import Equations
 from attnlab.models.training import (
     TrainConfig,

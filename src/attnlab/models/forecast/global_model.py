@@ -64,8 +64,9 @@ from attnlab.models._params import (
 from attnlab.models.forecast.baselines import seasonal_scale
 from attnlab.models.forecast.bases import BASES, DEFAULT, FALLBACKS, fit_first
 from attnlab.models.forecast.inputs import as_series
-from attnlab.models.forecast.intervals import WindowSettings, conformal_widths
+from attnlab.models.forecast.intervals import conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.windows import WindowSettings
 from attnlab.models.io import SavedEstimator
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
 

@@ -1,5 +1,6 @@
-"""What the window forecasters share: their window settings, and split-conformal intervals
-from held-out errors (Vovk et al. 2005; Stankeviciute et al. 2021 for multi-step forecasts)."""
+"""Split-conformal intervals from held-out errors (Vovk et al. 2005; Stankeviciute et al. 2021
+for multi-step forecasts): the widths, and the single-series forecaster's bounds around a
+forecast."""
 
 from __future__ import annotations
 
@@ -17,28 +18,6 @@ def conformal_widths(err: np.ndarray, horizon: int, levels) -> dict[str, list[fl
         k = int(np.ceil((n + 1) * q - 1e-9))
         out[f"{q:g}"] = (srt[k - 1] if k <= n else np.full(horizon, np.inf)).tolist()
     return out
-
-
-class WindowSettings:
-    """What the window forecasters share: the season in use, the lookback and the shortest
-    series they fit (``_history`` + horizon + 10 training windows)."""
-
-    @property
-    def effective_season(self) -> int:
-        """The seasonal period in use: ``season``, or 1 without one."""
-        return int(self.season) if self.season else 1
-
-    @property
-    def effective_lookback(self) -> int:
-        """The past steps the model reads: ``lookback``, or its default (3 seasons, or 24)."""
-        if self.lookback is not None:
-            return int(self.lookback)
-        return 3 * self.effective_season if self.effective_season > 1 else 24
-
-    @property
-    def min_length(self) -> int:
-        """The shortest series :meth:`fit` accepts: the history plus horizon plus 10 windows."""
-        return self._history + self.horizon + 10
 
 
 class ConformalIntervals:

@@ -36,7 +36,7 @@ from attnlab.models._params import (
     TRAINING,
     TrainingParams,
 )
-from attnlab.models.forecast import WindowSettings
+from attnlab.models.forecast.windows import WindowSettings
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
 
 
