@@ -31,7 +31,7 @@ def _series(n=200, seed=0):
 @pytest.fixture(scope="module")
 def measured():
     y = _series()
-    # the paper's text is under test, not the base choice (tests/models/test_hybrid.py)
+    # the paper's text is under test, not the base choice (tests/models/forecast/test_hybrid.py)
     model = AttentionForecaster(horizon=6, season=12, base="ets", **FAST)
     bt = model.backtest(y, n_origins=3)
     ab = ablation(model, y, n_origins=2, seeds=(0, 1), series="demo")
