@@ -9,6 +9,7 @@ import torch
 
 from attnlab.core.softmax import add_sink
 from attnlab.distributed import hf
+from attnlab.integrations import registry
 from attnlab.integrations import transformers as bridge
 
 
@@ -31,6 +32,8 @@ def test_both_routes_give_one_window_for_one_config(is_causal, window, n_q, expe
 
 def test_the_sharded_names_register_and_unregister_through_the_one_registrar():
     from transformers import AttentionInterface
+
+    assert hf.add_names is bridge.add_names is registry.add_names
     from transformers.masking_utils import AttentionMaskInterface
 
     before = dict(AttentionInterface._global_mapping)
@@ -65,7 +68,7 @@ def test_an_old_transformers_is_refused_with_the_version(monkeypatch):
 
     monkeypatch.setattr(transformers, "__version__", "4.40.2")
     with pytest.raises(ImportError, match=r"needs transformers >= 4\.48, found 4\.40\.2"):
-        bridge.interfaces()
+        registry.interfaces()
 
 
 def test_the_sharded_sink_merge_is_cores():

@@ -99,7 +99,7 @@ def input_ids_of(model, tokenizer, text, input_ids, attention_mask, inputs, is_h
         limit = (getattr(model.config, "max_position_embeddings", None)
                  or getattr(model.config, "n_positions", None))
         if limit is not None and input_ids.shape[1] > limit and not rotary(model.config):
-            from attnlab.integrations.transformers import config_field
+            from attnlab.integrations.registry import config_field
 
             field = config_field(model.config, "positions") or "max_position_embeddings"
             raise ValueError(f"the sequence has {input_ids.shape[1]} tokens, more than the "

@@ -52,6 +52,12 @@ import torch
 
 from attnlab.core.api import attention
 from attnlab.core.registry import list_backends
+from attnlab.integrations.registry import (
+    DROPOUT_ATTRS,
+    add_names,
+    interfaces,
+    remove_names,
+)
 from attnlab.nn import recording
 
 # name -> (attnlab backend, mask style)
@@ -70,7 +76,6 @@ RECORD_NAMES: dict[str, tuple[str, str]] = {
     "attnlab_record": ("auto", "bool"),               # for sdpa models (and the rest)
     "attnlab_record_eager": ("auto", "float"),        # for eager models
 }
-_FORBIDDEN = ("sdpa", "flash", "flex")
 # Backends that exist to skip what a structure excludes; a call with no structure at all runs on
 # auto instead (a single query while decoding, an encoder without padding).
 _SKIPPERS = ("blocksparse", "triton_blocksparse")
@@ -89,22 +94,6 @@ _UNSUPPORTED = ("indices", "block_indices", "seq_idx")
 # block-diagonal (document) mask; the max lengths are bookkeeping.
 _PACKED = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 # Model features, as a transformers user knows them, that a backend may not serve.
-_DROPOUT_ATTRS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob",
-                  "dropout_rate")
-_POSITION_ATTRS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
-
-
-def config_field(config, kind: str) -> str | None:
-    """The name a model's own config gives a feature (``kind``: ``"attention dropout"`` or
-    ``"positions"``): GPT-2's ``attn_pdrop`` and ``n_positions`` where Llama has
-    ``attention_dropout`` and ``max_position_embeddings``; None when it has none of them.
-    Refusals name the field the user can set."""
-    names = {"attention dropout": _DROPOUT_ATTRS, "positions": _POSITION_ATTRS}[kind]
-    found = next((a for a in names if config is not None and hasattr(config, a)
-                  and getattr(config, a) is not None), None)
-    # configs alias the common names onto their own (GPT2Config's attribute_map sends
-    # max_position_embeddings to n_positions): the user sets the model's own
-    return getattr(config, "attribute_map", {}).get(found, found) if found else None
 
 
 class UnsupportedAttentionOption(ValueError):
@@ -295,7 +284,7 @@ def _name_of(backend: str) -> str:
 
 def _dropout_words(module, p: float) -> str:
     config = getattr(module, "config", None)
-    for attr in _DROPOUT_ATTRS:
+    for attr in DROPOUT_ATTRS:
         if config is not None and getattr(config, attr, None) == p:
             return f"{_model_name(module)}'s {attr} = {p}"
     return f"{_model_name(module)}'s attention dropout p = {p}"
@@ -351,7 +340,7 @@ def check(model, name: str | None = None, *, training: bool | None = None) -> No
         return
     config = model.config
     training = model.training if training is None else training
-    p = next((float(getattr(config, a)) for a in _DROPOUT_ATTRS
+    p = next((float(getattr(config, a)) for a in DROPOUT_ATTRS
               if isinstance(getattr(config, a, None), (int, float))
               and getattr(config, a) > 0), 0.0)
     softcap = getattr(config, "attn_logit_softcapping", None)
@@ -445,64 +434,6 @@ def register(names=None) -> list[str]:
 def unregister() -> None:
     """Remove every name :func:`register` added (transformers' own names are untouched)."""
     remove_names(_REGISTERED)
-
-
-# ---- the one place that touches transformers' registries -----------------------------------
-
-MIN_TRANSFORMERS = "4.48"          # AttentionInterface and AttentionMaskInterface
-
-
-def interfaces():
-    """transformers' ``(AttentionInterface, AttentionMaskInterface)``; an ImportError naming
-    the version needed where transformers is missing or older."""
-    try:
-        import transformers
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface
-    except ImportError as exc:
-        raise ImportError(f"attnlab's transformers bridge needs transformers >= "
-                          f"{MIN_TRANSFORMERS} (its AttentionInterface): {exc}") from None
-    from packaging.version import Version
-
-    if Version(transformers.__version__).release < Version(MIN_TRANSFORMERS).release:
-        raise ImportError(f"attnlab's transformers bridge needs transformers >= "
-                          f"{MIN_TRANSFORMERS}, found {transformers.__version__}; upgrade it")
-    return AttentionInterface, AttentionMaskInterface
-
-
-def add_names(makers: dict, registered: dict) -> None:
-    """Register each ``name: maker`` (``maker()`` gives the attention function and the mask
-    function) with transformers' attention and mask interfaces, recording it in
-    ``registered``. A name already in ``registered`` is skipped; a name transformers already
-    holds for something that is not attnlab's is refused (ValueError) before any change, and
-    transformers' own names are never touched. Used by both bridges (this module and
-    :mod:`attnlab.distributed.hf`)."""
-    attention, mask = interfaces()
-    todo = [n for n in makers if n not in registered]
-    for name in todo:
-        if any(bad in name for bad in _FORBIDDEN):       # a guard for future names
-            raise AssertionError(name)
-        taken = attention._global_mapping.get(name)     # private: the only read of it
-        if taken is not None and not getattr(taken, "__name__", "").startswith("attnlab_"):
-            raise ValueError(f"attention implementation {name!r} is already registered by "
-                             f"{getattr(taken, '__module__', '?')}; attnlab leaves it alone")
-    for name in todo:
-        fn, mask_fn = makers[name]()
-        attention.register(name, fn)
-        mask.register(name, mask_fn)
-        registered[name] = (fn, mask_fn)
-
-
-def remove_names(registered: dict) -> None:
-    """Undo :func:`add_names` for every name in ``registered`` (only where transformers still
-    holds attnlab's function: a name re-registered by someone else is left to them)."""
-    attention, mask = interfaces()
-    for name, (fn, mask_fn) in list(registered.items()):
-        if attention._global_mapping.get(name) is fn:
-            del attention._global_mapping[name]
-        if mask._global_mapping.get(name) is mask_fn:
-            del mask._global_mapping[name]
-        del registered[name]
 
 
 def is_transformers_model(model) -> bool:
