@@ -193,15 +193,15 @@ def test_w_is_shrunk_by_its_sampling_error():
     many standard errors beyond chance, and dropped where it is within noise of none."""
     import torch
 
-    from attnlab.models import AttentionForecaster
+    from attnlab.models.forecast.shrink import correction_weight, significance
 
-    f = AttentionForecaster(horizon=4)
     g = torch.Generator().manual_seed(0)
     out = torch.randn(40, 4, generator=g, dtype=torch.float64)
     signal = 0.8 * out + 0.05 * torch.randn(40, 4, generator=g, dtype=torch.float64)
     w = float((out * signal).sum() / (out * out).sum())
-    assert f._significance(out, signal, w) > 0.99
+    assert significance(out, signal, w, 4) > 0.99
+    assert abs(correction_weight(out, signal, 4) - w * significance(out, signal, w, 4)) < 1e-12
     noise = torch.randn(40, 4, generator=g, dtype=torch.float64)
     w = max(float((out * noise).sum() / (out * out).sum()), 1e-3)
-    assert f._significance(out, noise, w) == 0.0
-    assert f._significance(out[:1], signal[:1], 0.8) == 0.0       # one window: no estimate
+    assert significance(out, noise, w, 4) == 0.0 and correction_weight(out, noise, 4) == 0.0
+    assert significance(out[:1], signal[:1], 0.8, 4) == 0.0       # one window: no estimate

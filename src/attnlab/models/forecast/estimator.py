@@ -66,6 +66,7 @@ from attnlab.models.forecast.inputs import (
 )
 from attnlab.models.forecast.intervals import ConformalIntervals, conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.shrink import correction_weight
 from attnlab.models.forecast.windows import WindowSettings
 from attnlab.models.latex import Equations
 from attnlab.models.training import (
@@ -344,38 +345,17 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, TrainingParams, io
 
     @torch.no_grad()
     def _shrink_to_validation(self, val_data) -> float:
-        """Scale the network's correction of the base by the ``w`` in [0, 1] that minimizes
-        the validation windows' squared error of ``base + w * correction`` (least squares,
-        clipped), shrunk by its sampling error (:meth:`_significance`): 1 keeps it, 0 is the
-        base alone, when the trained correction does not beat the base on data the training
-        never saw beyond chance. Folded into the output layer."""
+        """``w`` on the validation windows (:func:`~attnlab.models.forecast.shrink.
+        correction_weight`), folded into the output layer."""
         if val_data is None:
             return 1.0
         self.net_.eval()
         out = self.net_(*val_data[:-1])[0].double()
-        t = val_data[-1].double()
-        den = float((out * out).sum())
-        w = min(1.0, max(0.0, float((out * t).sum()) / den)) if den > 0 else 0.0
-        if w > 0:
-            w *= self._significance(out, t, w)
+        w = correction_weight(out, val_data[-1].double(), self.horizon)
         last = self.net_.pool.head[-1]
         last.weight.mul_(w)
         last.bias.mul_(w)
         return w
-
-    def _significance(self, out, t, w: float) -> float:
-        """The factor ``max(0, 1 - se^2 / w^2)`` that shrinks the least-squares ``w`` by its
-        sampling error (positive-part James-Stein on one coefficient: a ``w`` one standard
-        error from 0 becomes 0, one ten errors away keeps 99% of itself). ``se`` is the
-        sandwich error over the validation windows, times the ``H`` consecutive windows that
-        share targets (their errors are not independent)."""
-        a = (out * t).sum(1)
-        b = (out * out).sum(1)
-        k = len(a)
-        if k < 2:
-            return 0.0
-        var = float(((a - w * b) ** 2).sum()) / float(b.sum()) ** 2 * min(self.horizon, k)
-        return max(0.0, 1.0 - var / (w * w))
 
     LEVELS = (0.8, 0.95)
 
