@@ -191,7 +191,7 @@ def test_near_duplicate_flags_are_grouped_and_capped():
 
 
 def test_a_capture_that_cannot_fit_is_refused_before_it_starts():
-    from attnlab.inspect.show import check_capture_memory
+    from attnlab.inspect.hf import check_capture_memory
 
     cfg = tf.GPT2Config(n_layer=12, n_head=12)
     check_capture_memory(cfg, 512, "gpt2", available=24 * 10**9)          # 1.1 GB: fine
