@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from attnlab.models import AttentionForecaster
-from attnlab.models.forecast.global_model import GlobalForecaster, as_panel
+from attnlab.models.forecast.global_model import GlobalForecaster
+from attnlab.models.forecast.panel import as_panel
 
 SHAPE = np.array([0, 1, 3, 6, 3, 1, 0, -1, -4, -6, -2, -1.0])      # one season, shared
 

@@ -224,7 +224,8 @@ def fit_global(long, out: str | Path, *, horizon: int, season: int | None = None
     from attnlab.models.forecast.backtest import base_history
     from attnlab.models.forecast.bases import DEFAULT
     from attnlab.models.forecast.evaluation import holdout_panel, split_panel
-    from attnlab.models.forecast.global_model import GlobalForecaster, as_panel
+    from attnlab.models.forecast.global_model import GlobalForecaster
+    from attnlab.models.forecast.panel import as_panel
     from attnlab.models.forecast.paper import PaperInputs
     from attnlab.plots import paper as figures
 

@@ -73,7 +73,7 @@ def split_panel(Y, horizon: int) -> tuple[list, list[np.ndarray], list[np.ndarra
     """``(ids, train parts, held-out parts, dates of the train parts)`` of a panel in any
     form :class:`~attnlab.models.forecast.GlobalForecaster` takes; a series needs more than
     ``horizon`` observations."""
-    from attnlab.models.forecast.global_model import as_panel
+    from attnlab.models.forecast.panel import as_panel
 
     ids, series, dates = as_panel(Y)
     short = [uid for uid, y in zip(ids, series) if len(y) <= horizon]

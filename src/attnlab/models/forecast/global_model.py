@@ -61,11 +61,16 @@ from attnlab.models._params import (
     TrainingParams,
     one_of,
 )
-from attnlab.models.forecast.baselines import seasonal_scale
 from attnlab.models.forecast.bases import BASES, DEFAULT, FALLBACKS, fit_first
-from attnlab.models.forecast.inputs import as_series
 from attnlab.models.forecast.intervals import conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.panel import (
+    as_panel,
+    future_dates,
+    plain_dates,
+    restore_dates,
+    series_scale,
+)
 from attnlab.models.forecast.windows import WindowSettings
 from attnlab.models.io import SavedEstimator
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
@@ -75,75 +80,6 @@ LEVELS = (0.8, 0.95)
 #: its last ceil(20 / series) windows (as many as it has), so that a 95% bound (19 errors at
 #: least) exists on a panel of a dozen long series
 CALIBRATION_WINDOWS = 20
-
-
-def as_panel(Y, name: str = "Y") -> tuple[list, list[np.ndarray], list]:
-    """``(ids, series, dates)`` from a list of series, a dict ``{id: series}`` or a long data
-    frame ``unique_id, ds, y`` (rows sorted by ``ds`` within each id). ``dates[i]`` is the
-    series' date index (pandas) or None."""
-    import pandas as pd
-
-    if isinstance(Y, pd.DataFrame):
-        missing = [c for c in ("unique_id", "ds", "y") if c not in Y.columns]
-        if missing:
-            raise ValueError(f"{name} as a data frame needs the columns unique_id, ds and y "
-                             f"(the long format); it lacks {missing}. Rename its columns, or "
-                             "pass a list or dict of series")
-        ids, series, dates = [], [], []
-        if not pd.api.types.is_datetime64_any_dtype(Y["ds"]) and not \
-                pd.api.types.is_numeric_dtype(Y["ds"]):
-            try:                                     # dates written as text, e.g. from a CSV
-                Y = Y.assign(ds=pd.to_datetime(Y["ds"]))
-            except (ValueError, TypeError):
-                raise ValueError(f"{name}: column ds holds text that is not dates (first "
-                                 f"{Y['ds'].iloc[0]!r}); give dates, or step numbers") from None
-        for uid, part in Y.groupby("unique_id", sort=False, observed=True):
-            part = part.sort_values("ds")
-            if part["ds"].duplicated().any():
-                dup = part["ds"][part["ds"].duplicated()].iloc[0]
-                raise ValueError(f"{name}: series {uid!r} repeats ds = {dup!r}; keep one row per "
-                                 "time step")
-            ids.append(uid)
-            series.append(_values(part["y"], f"{name} series {uid!r}"))
-            ds = part["ds"]
-            dates.append(pd.DatetimeIndex(ds) if pd.api.types.is_datetime64_any_dtype(ds)
-                         else None)
-        return ids, series, dates
-    if isinstance(Y, dict):
-        ids = list(Y)
-        return ids, [_values(Y[k], f"{name}[{k!r}]") for k in ids], [
-            _index(Y[k]) for k in ids]
-    if isinstance(Y, (list, tuple)):
-        if not Y:
-            raise ValueError(f"{name} is empty: give at least one series")
-        if np.isscalar(Y[0]):
-            raise ValueError(f"{name} is one series of numbers; GlobalForecaster takes many: "
-                             "a list of series, a dict, or a long data frame (for one series, "
-                             "AttentionForecaster)")
-        return list(range(len(Y))), [_values(y, f"{name}[{i}]") for i, y in enumerate(Y)], [
-            _index(y) for y in Y]
-    raise ValueError(f"{name} must be a list of series, a dict of series or a long data frame "
-                     f"(unique_id, ds, y); got {type(Y).__name__}")
-
-
-def _index(y):
-    import pandas as pd
-
-    index = getattr(y, "index", None)
-    return index if isinstance(index, pd.DatetimeIndex) else None
-
-
-def _values(y, what: str) -> np.ndarray:
-    arr = as_series(y, what)
-    if len(arr) < 2:
-        raise ValueError(f"{what} has {len(arr)} observation(s); a forecast needs at least 2")
-    return arr
-
-
-def series_scale(y: np.ndarray, season: int) -> float:
-    """MASE's denominator for ``y`` (:func:`~attnlab.models.forecast.baselines.seasonal_scale`),
-    or the mean absolute level for a constant series, or 1."""
-    return seasonal_scale(y, season) or (float(np.abs(y).mean()) or 1.0)
 
 
 class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstimator):
@@ -448,7 +384,7 @@ class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstim
                    "scales": torch.tensor(self.scales_, dtype=torch.float64)}
         ids = [i if isinstance(i, (int, str)) else str(i) for i in self.ids_]
         state = {"ids": ids, "bases": [b.to_dict() for b in self.bases_],
-                 "dates": [_plain_dates(d) for d in self.dates_],
+                 "dates": [plain_dates(d) for d in self.dates_],
                  "in_network": [bool(v) for v in self.in_network_],
                  "shrink": self.shrink_, "interval_widths": self.interval_widths_,
                  "n_calibration": self.n_calibration_, "notes": self.notes_}
@@ -464,7 +400,7 @@ class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstim
         self.ids_ = list(state["ids"])
         self.bases_ = [base_from_dict(b) for b in state["bases"]]
         self.base_names_ = [b.name for b in self.bases_]
-        self.dates_ = [_restore_dates(d) for d in state["dates"]]
+        self.dates_ = [restore_dates(d) for d in state["dates"]]
         self.in_network_ = np.array(state["in_network"], dtype=bool)
         self.shrink_ = float(state["shrink"])
         self.network_in_use_ = self.shrink_ > 0
@@ -504,40 +440,10 @@ class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstim
         fc, bounds = self.forecast_arrays()
         rows = []
         for i, uid in enumerate(self.ids_):
-            ds = _future(self.dates_[i], len(self.series_[i]), h)
+            ds = future_dates(self.dates_[i], len(self.series_[i]), h)
             frame = {"unique_id": [uid] * h, "ds": ds, "forecast": fc[i, :h]}
             for q, (lo, hi) in sorted(bounds.items()):
                 frame[f"lower_{round(q * 100)}"] = lo[i, :h]
                 frame[f"upper_{round(q * 100)}"] = hi[i, :h]
             rows.append(pd.DataFrame(frame))
         return pd.concat(rows, ignore_index=True)
-
-
-def _plain_dates(index):
-    """A date index as ISO strings with its frequency, for config.json (None without one)."""
-    if index is None:
-        return None
-    return {"dates": [d.isoformat() for d in index], "freq": index.freqstr}
-
-
-def _restore_dates(d):
-    import pandas as pd
-
-    if d is None:
-        return None
-    return pd.DatetimeIndex(pd.to_datetime(d["dates"]), freq=d["freq"])
-
-
-def _future(index, n: int, h: int):
-    """The dates of the ``h`` steps after a date index, else the steps ``n .. n + h - 1``."""
-    import warnings
-
-    import pandas as pd
-
-    if index is not None and len(index) >= 3:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            freq = index.freq or pd.infer_freq(index)
-        if freq is not None:
-            return list(pd.date_range(index[-1], periods=h + 1, freq=freq)[1:])
-    return list(range(n, n + h))
