@@ -57,12 +57,30 @@ def test_rope_scores_depend_only_on_relative_position(interleaved):
 
 
 def test_alibi_slopes_match_the_paper():
-    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0 ** -i for i in range(1, 9)],
-                                                         dtype=torch.float64))
+    f64 = torch.float64
+    assert torch.allclose(alibi_slopes(8, f64), torch.tensor([2.0 ** -i for i in range(1, 9)],
+                                                              dtype=f64))
     twelve = [2.0 ** -i for i in range(1, 9)] + [2.0 ** -0.5, 2.0 ** -1.5, 2.0 ** -2.5, 2.0 ** -3.5]
-    assert torch.allclose(alibi_slopes(12), torch.tensor(twelve, dtype=torch.float64))
-    assert torch.allclose(alibi_slopes(16)[:2], torch.tensor([2 ** -0.5, 2 ** -1.0],
-                                                             dtype=torch.float64))
+    assert torch.allclose(alibi_slopes(12, f64), torch.tensor(twelve, dtype=f64))
+    assert torch.allclose(alibi_slopes(16, f64)[:2], torch.tensor([2 ** -0.5, 2 ** -1.0],
+                                                                  dtype=f64))
+
+
+def test_alibi_slopes_keep_a_float32_call_in_float32():
+    """The slopes come in torch's default dtype: a score_mod that captures them leaves a
+    float32 call in float32 (float64 slopes promoted every tile, which made ALiBi 2.5x slower
+    than with float32 ones, benchmarks/bench_ratios.py)."""
+    from attnlab import attention
+
+    slopes = alibi_slopes(4)
+    assert slopes.dtype == torch.float32
+    q, k, v = (torch.randn(1, 4, 40, 8) for _ in range(3))
+    out = attention(q, k, v, score_mod=lambda s, b, h, i, j: s - slopes[h] * (i - j).abs(),
+                    causal=True, backend="tiled")
+    ref = attention(q, k, v, mask=alibi_bias(4, 40, dtype=torch.float32)[None],
+                    backend="reference")
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, ref, atol=1e-5)
 
 
 def test_alibi_bias_pattern():

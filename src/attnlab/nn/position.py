@@ -149,13 +149,16 @@ class RotaryEmbedding(nn.Module):
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """Head slopes of ALiBi (Press, Smith & Lewis 2022, section 3).
+def alibi_slopes(num_heads: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Head slopes of ALiBi (Press, Smith & Lewis 2022, section 3), in ``dtype`` (default:
+    torch's default dtype, float32, as the scores they are added to: a float64 table captured
+    by a ``score_mod`` would promote every tile of a float32 call to float64).
 
     For n heads, a power of 2, the slopes are the geometric sequence starting at 2^(-8/n) with
     that ratio: 1/2, 1/4, ..., 1/256 for 8 heads. Otherwise the paper takes the slopes of the
     closest smaller power of 2 and adds every other slope of the next power of 2.
     """
+    dtype = torch.get_default_dtype() if dtype is None else dtype
     if not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
 
@@ -164,10 +167,10 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
         return [start ** (i + 1) for i in range(n)]
 
     if math.log2(num_heads).is_integer():
-        return torch.tensor(power_of_2(num_heads), dtype=torch.float64)
+        return torch.tensor(power_of_2(num_heads), dtype=dtype)
     closest = 2 ** math.floor(math.log2(num_heads))
     extra = power_of_2(2 * closest)[0::2][: num_heads - closest]
-    return torch.tensor(power_of_2(closest) + extra, dtype=torch.float64)
+    return torch.tensor(power_of_2(closest) + extra, dtype=dtype)
 
 
 def alibi_bias(num_heads: int, n_q: int, n_k: int | None = None, causal: bool = True,
@@ -180,7 +183,7 @@ def alibi_bias(num_heads: int, n_q: int, n_k: int | None = None, causal: bool = 
     bidirectional variant.
     """
     n_k = n_q if n_k is None else n_k
-    m = alibi_slopes(num_heads).to(device)                                   # (H,)
+    m = alibi_slopes(num_heads, torch.float64).to(device)                    # (H,)
     p = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)              # (N_q, 1)
     j = torch.arange(n_k, device=device)[None, :]                            # (1, N_k)
     dist = (p - j).to(torch.float64)                                         # (N_q, N_k)
