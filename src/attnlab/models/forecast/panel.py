@@ -87,6 +87,7 @@ def plain_dates(index):
 
 
 def restore_dates(d):
+    """The date index that :func:`plain_dates` stored (None stays None)."""
     import pandas as pd
 
     if d is None:
