@@ -64,6 +64,7 @@ from attnlab.models._params import (
 from attnlab.models.forecast.bases import BASES, DEFAULT, FALLBACKS, fit_first
 from attnlab.models.forecast.intervals import conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.shrink import gain_significance
 from attnlab.models.forecast.panel import (
     as_panel,
     future_dates,
@@ -228,6 +229,7 @@ class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstim
                 before, _ = fit_first([self.base_names_[i]], self.series_[i][:end], m)
                 parts["cal" if i in calibrate else "stop"].append((i, np.array([end]), before))
         data = {k: self._tensors(v) for k, v in parts.items()}
+        cal_series = torch.tensor([i for i, _, _ in parts["cal"]], dtype=torch.long)
         self.device_ = resolve_device(self.device)
         config = TrainConfig.of(self)
         with seeded(self.seed, self.device_):
@@ -246,7 +248,7 @@ class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstim
                     self.notes_.append("no series is long enough for a training window "
                                        f"(lookback {L} + 2 x horizon {H}): the forecasts are "
                                        "the bases'")
-        self.shrink_ = self._shrink(data["cal"])
+        self.shrink_ = self._shrink(data["cal"], cal_series)
         self.network_in_use_ = self.shrink_ > 0
         self.interval_widths_, self.n_calibration_ = self._calibrate(data["cal"])
         for key, widths in self.interval_widths_.items():
@@ -301,17 +303,20 @@ class GlobalForecaster(WindowSettings, TrainingParams, SavedEstimator, BaseEstim
         return F.l1_loss(model(x, f)[0], t)
 
     @torch.no_grad()
-    def _shrink(self, cal) -> float:
+    def _shrink(self, cal, series) -> float:
         """The ``w`` in [0, 1] minimizing the calibration windows' absolute error of
-        ``base + w * correction`` (grid search, folded into the output layer)."""
+        ``base + w * correction`` (grid search), shrunk by its sampling error
+        (:func:`~attnlab.models.forecast.shrink.gain_significance`, each calibration series
+        one observation), folded into the output layer."""
         if cal is None or not self.history_.epochs:
             return 0.0 if not self.history_.epochs else 1.0
         self.net_.eval()
-        out = self.net_(cal[0], cal[1])[0].double()
-        t = cal[2].double()
+        out = self.net_(cal[0], cal[1])[0].double().cpu()
+        t = cal[2].double().cpu()
         grid = torch.linspace(0, 1, 21, dtype=torch.float64)
         errs = torch.stack([(t - w * out).abs().mean() for w in grid])
         w = float(grid[int(torch.argmin(errs))])
+        w *= gain_significance(out, t, w, series)
         last = self.net_.pool.head[-1]
         last.weight.mul_(w)
         last.bias.mul_(w)

@@ -29,3 +29,28 @@ def significance(out: torch.Tensor, target: torch.Tensor, w: float, horizon: int
         return 0.0
     var = float(((a - w * b) ** 2).sum()) / float(b.sum()) ** 2 * min(horizon, k)
     return max(0.0, 1.0 - var / (w * w))
+
+
+def gain_significance(out: torch.Tensor, target: torch.Tensor, w: float,
+                      groups: torch.Tensor) -> float:
+    """The same factor ``max(0, 1 - 1 / z^2)`` for a ``w`` chosen by absolute error: ``z`` is
+    the mean gain in absolute error of ``base + w * correction`` over the base alone, divided
+    by its standard error. Windows of one series (equal ``groups``) count as one observation
+    (their mean), since they share the series' errors; 0 with fewer than two series or no
+    gain."""
+    if w <= 0:
+        return 0.0
+    gain = (target.abs() - (target - w * out).abs()).mean(1)             # (windows,)
+    _, inverse = torch.unique(groups, return_inverse=True)
+    n = int(inverse.max()) + 1 if len(inverse) else 0
+    if n < 2:
+        return 0.0
+    per = torch.zeros(n, dtype=gain.dtype).index_add_(0, inverse, gain)
+    per = per / torch.bincount(inverse, minlength=n).to(gain.dtype)
+    mean, sd = float(per.mean()), float(per.std())
+    if mean <= 0:
+        return 0.0
+    if sd == 0:
+        return 1.0
+    z2 = mean * mean / (sd * sd / n)
+    return max(0.0, 1.0 - 1.0 / z2)
