@@ -70,10 +70,12 @@ def _baselines(x, h, m):
 
 
 def run_group(series, m: int, jobs: int, base: str, epochs: int,
-              lookbacks: tuple[int, ...] = ()) -> dict:
+              lookbacks: tuple[int, ...] = (), kept: dict | None = None) -> dict:
     """One frequency: the global forecaster (or, with ``lookbacks`` as multiples of the
     horizon, the median of one forecaster per lookback, N-BEATS's ensembling over lookbacks;
-    the intervals are the first member's) and the baselines, scored per series."""
+    the intervals are the first member's) and the baselines, scored per series. ``kept``: an
+    earlier result of this frequency whose baselines' scores are reused instead of refitted
+    (they do not depend on the forecaster)."""
     from joblib import Parallel, delayed
 
     from attnlab.models.forecast.global_model import GlobalForecaster
@@ -95,20 +97,31 @@ def run_group(series, m: int, jobs: int, base: str, epochs: int,
     bounds = members[0][1]
     took = time.perf_counter() - t0
     t1 = time.perf_counter()
-    made = Parallel(n_jobs=jobs)(delayed(_baselines)(x, h, m) for x in xs)
+    if kept is None:
+        made = Parallel(n_jobs=jobs)(delayed(_baselines)(x, h, m) for x in xs)
     took_base = time.perf_counter() - t1
     rows = {"forecaster": [], **{k: [] for k in (*BASELINES, "ensemble")}}
     for i, (x, y) in enumerate(zip(xs, ys)):
         rows["forecaster"].append(scores(x, y, fc[i], m))
-        for k, f in made[i][0].items():
-            rows[k].append(scores(x, y, f, m))
+        if kept is None:
+            for k, f in made[i][0].items():
+                rows[k].append(scores(x, y, f, m))
+    if kept is not None:
+        if kept["n"] != len(series):
+            raise SystemExit(f"--keep-baselines: the kept results have {kept['n']} series, "
+                             f"this run {len(series)}")
+        rows.update({k: kept["per_series"][k] for k in (*BASELINES, "ensemble")})
+        took_base = kept["seconds_baselines"]
+        failed = kept["failed"]
+    else:
+        failed = {k: sum(k in f for _, f in made) for k in ("ets", "arima", "theta")}
     test = np.stack(ys)
     cover = {f"{q:g}": float(((test >= lo) & (test <= hi)).mean()) for q, (lo, hi) in
              bounds.items()}
     return {"n": len(series), "h": h, "season": m, "seconds_forecaster": took,
             "seconds_baselines": took_base, "w": g.shrink_, "epochs": g.history_.epochs,
             "notes": g.notes_, "coverage": cover,
-            "failed": {k: sum(k in f for _, f in made) for k in ("ets", "arima", "theta")},
+            "failed": failed, "baselines_kept": kept is not None,
             "per_series": {k: [[round(a, 3), round(b, 4)] for a, b in v]
                            for k, v in rows.items()}}
 
@@ -226,6 +239,9 @@ def main() -> None:
     p.add_argument("--only", default="",
                    help="comma-separated frequencies to rerun, merged into the existing "
                    "results file (the others are kept as they were)")
+    p.add_argument("--keep-baselines", action="store_true",
+                   help="with --only: reuse the results file's baselines (ETS, ARIMA, Theta, "
+                   "seasonal naive, their ensemble) instead of refitting them")
     p.add_argument("--from-json", type=Path, default=None,
                    help="draw and tabulate a results file instead of running")
     args = p.parse_args()
@@ -239,6 +255,8 @@ def main() -> None:
     path = args.out / f"{args.dataset}{'_limit' + str(args.limit) if args.limit else ''}.json"
     only = [f for f in args.only.split(",") if f]
     unknown = sorted(set(only) - set(groups))
+    if args.keep_baselines and not only:
+        p.error("--keep-baselines needs --only (the frequencies whose forecaster is rerun)")
     if unknown:
         p.error(f"--only {','.join(unknown)}: {args.dataset} has {', '.join(groups)}")
     results = json.loads(path.read_text())["results"] if only else {}
@@ -251,7 +269,8 @@ def main() -> None:
         m = int(series[0].period) if args.dataset != "m3" else SEASON.get(freq, 1)
         print(f"{freq}: {len(series)} series, horizon {series[0].h}, season {m}", flush=True)
         results[freq] = run_group(series, m, args.jobs, args.base, args.epochs,
-                                  tuple(int(k) for k in args.lookbacks.split(",") if k))
+                                  tuple(int(k) for k in args.lookbacks.split(",") if k),
+                                  kept=results[freq] if args.keep_baselines else None)
     args.out.mkdir(parents=True, exist_ok=True)
     run_args = {k: str(v) for k, v in vars(args).items()
                 if k not in ("out", "figure", "from_json")}      # no paths of this machine

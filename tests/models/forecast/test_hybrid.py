@@ -205,3 +205,29 @@ def test_w_is_shrunk_by_its_sampling_error():
     w = max(float((out * noise).sum() / (out * out).sum()), 1e-3)
     assert significance(out, noise, w, 4) == 0.0 and correction_weight(out, noise, 4) == 0.0
     assert significance(out[:1], signal[:1], 0.8, 4) == 0.0       # one window: no estimate
+
+
+def test_the_global_w_counts_each_series_once_and_drops_a_gain_within_noise():
+    """The global forecaster's w (chosen by absolute error over calibration series) keeps a
+    gain many standard errors beyond chance, drops one within noise, and treats the windows of
+    one series as one observation: copies of one series' windows are not more evidence."""
+    import torch
+
+    from attnlab.models.forecast.shrink import gain_significance
+
+    g = torch.Generator().manual_seed(1)
+    out = torch.randn(60, 6, generator=g, dtype=torch.float64)
+    series = torch.arange(60)
+    signal = out + 0.1 * torch.randn(60, 6, generator=g, dtype=torch.float64)
+    assert gain_significance(out, signal, 1.0, series) > 0.99
+    noise = torch.randn(60, 6, generator=g, dtype=torch.float64)
+    assert gain_significance(out, noise, 1.0, series) == 0.0        # no gain: dropped
+    assert gain_significance(out, signal, 0.0, series) == 0.0
+    # two series, thirty copies of each one's window: two observations, not sixty
+    two = torch.arange(2).repeat_interleave(30)
+    copies = out[:2].repeat_interleave(30, 0)
+    mixed = torch.stack([signal[0], noise[1]]).repeat_interleave(30, 0)
+    per_series = gain_significance(out[:2], torch.stack([signal[0], noise[1]]), 1.0,
+                                   torch.arange(2))
+    assert abs(gain_significance(copies, mixed, 1.0, two) - per_series) < 1e-12
+    assert gain_significance(copies, mixed, 1.0, torch.zeros(60, dtype=torch.long)) == 0.0

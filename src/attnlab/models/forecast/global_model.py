@@ -64,7 +64,6 @@ from attnlab.models._params import (
 from attnlab.models.forecast.bases import BASES, DEFAULT, FALLBACKS, fit_first
 from attnlab.models.forecast.intervals import conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
-from attnlab.models.forecast.shrink import gain_significance
 from attnlab.models.forecast.panel import (
     as_panel,
     future_dates,
@@ -72,6 +71,7 @@ from attnlab.models.forecast.panel import (
     restore_dates,
     series_scale,
 )
+from attnlab.models.forecast.shrink import gain_significance
 from attnlab.models.forecast.windows import WindowSettings
 from attnlab.models.io import SavedEstimator
 from attnlab.models.training import TrainConfig, resolve_device, seeded, train
