@@ -368,3 +368,25 @@ def test_a_planted_private_import_is_caught(tmp_path):
                        "from attnlab._files import write_text_atomic\n")
     assert _private_imports(planted, "attnlab.inspect.planted") == [
         ("attnlab.core.tiles", "_private_helper"), ("attnlab.nn", "_hidden")]
+
+
+def test_every_path_in_the_architecture_page_exists():
+    """docs/architecture.md's tree of src/attnlab/ names only files and folders that exist (its
+    indentation gives each name's folder), so the page cannot keep a moved or deleted module."""
+    page = (ROOT.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    tree = page.split("```\nsrc/attnlab/\n", 1)[1].split("```", 1)[0]
+    stack, missing, seen = [], [], 0
+    for line in tree.splitlines():
+        body = line.lstrip(" ")
+        name = body.split(" ", 1)[0]
+        if not (name.endswith(".py") or name.endswith("/")):
+            continue                                    # a continued description
+        depth = (len(line) - len(body)) // 2 - 1
+        if depth < 0 or depth > len(stack):
+            continue
+        stack[depth:] = [name.rstrip("/")]
+        seen += 1
+        if not ROOT.joinpath(*stack).exists():
+            missing.append("/".join(stack))
+    assert seen > 100, seen
+    assert not missing, missing
