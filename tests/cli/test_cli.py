@@ -153,6 +153,14 @@ def test_ctrl_c_during_start_up_is_one_line_and_130(delay):
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    if lines and lines[-1] == "KeyboardInterrupt" and "from attnlab.cli import main" in err \
+            and ", in main" not in err:
+        # under load the signal can come while the console script is still importing the
+        # package, before main() runs its first line: Python's own default handler, out of
+        # attnlab's reach (and the earliest moment the test can hit)
+        assert "RecursionError" not in err
+        return
     assert "Traceback" not in err and "RecursionError" not in err
     if proc.returncode == 0:               # it finished before the signal came: nothing to see
         return
