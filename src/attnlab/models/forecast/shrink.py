@@ -41,8 +41,8 @@ def gain_significance(out: torch.Tensor, target: torch.Tensor, w: float,
     if w <= 0:
         return 0.0
     gain = (target.abs() - (target - w * out).abs()).mean(1)             # (windows,)
-    _, inverse = torch.unique(groups, return_inverse=True)
-    n = int(inverse.max()) + 1 if len(inverse) else 0
+    series, inverse = torch.unique(groups, return_inverse=True)
+    n = len(series)
     if n < 2:
         return 0.0
     per = torch.zeros(n, dtype=gain.dtype).index_add_(0, inverse, gain)
