@@ -60,6 +60,11 @@ def sizes() -> tuple[int, int]:
     return _SIZES.get() or (BLOCK_Q, BLOCK_K)
 
 
+def tiles_overridden() -> bool:
+    """Whether an enclosing :func:`tile_sizes` sets the sizes."""
+    return _SIZES.get() is not None
+
+
 def tile_kinds(spec: AttentionSpec, i0: int, i1: int, block_k: int):
     """``(j0, j1, kind)`` for every key block of query rows ``i0 .. i1-1``; kind is 'skip' if
     the band excludes the whole tile, 'full' if it keeps all of it, else 'partial'."""

@@ -25,6 +25,7 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 
+from attnlab.core import loop
 from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
 from attnlab.core.geometry import band_range
@@ -313,7 +314,11 @@ def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     qf = q.reshape(n_bh, spec.n_q, spec.d_k).to(compute)
     kf = k.reshape(n_kv, spec.n_k, spec.d_k).to(compute)              # own heads under GQA
     vf = v.reshape(n_kv, spec.n_k, spec.d_v).to(compute)
-    if _band.applies(spec):
+    if _band.applies(spec) and loop.wanted(spec):   # the compiled tile loop, K/V not repeated
+        ts = sizes()
+        block = loop.BAND_TILES if ts.band_block == _band.BLOCK else (ts.band_block,) * 2
+        out, lse = loop.Attention.apply(qf, kf, vf, spec, *block)
+    elif _band.applies(spec):
         ts = sizes()
         if spec.kv_groups > 1:        # the band path pairs each query head with its own K/V
             kf = kf.repeat_interleave(spec.kv_groups, dim=0)                # (BH, N_k, D_k)

@@ -39,6 +39,7 @@ import math
 
 import torch
 
+from attnlab.core import loop
 from attnlab.core.backends.reference import absorbed_rows_by_formula
 from attnlab.core.geometry import tile_of
 from attnlab.core.registry import Capabilities, register_backend
@@ -54,6 +55,7 @@ from attnlab.core.tiles import (  # tile_sizes: the backend's, as blocksparse's 
     split_lse,
     tile_kinds,
     tile_sizes,  # noqa: F401
+    tiles_overridden,
 )
 
 # Rows whose shift is above this (in log2 units) keep m and r apart in the backward.
@@ -272,7 +274,10 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_v).to(compute)
     bias = spec.float_bias()
     trained = bias if bias is not None and bias.requires_grad else None
-    out, lse = _TiledAttention.apply(qf, kf, vf, trained, spec, *spec.captured)
+    if loop.wanted(spec):                     # the same loop, compiled (attnlab.core.loop)
+        out, lse = loop.Attention.apply(qf, kf, vf, spec, *_compiled_sizes(spec))
+    else:
+        out, lse = _TiledAttention.apply(qf, kf, vf, trained, spec, *spec.captured)
     out = out.to(q.dtype).view(*spec.batch_shape, spec.n_q, spec.d_v)
     lse = lse.view(*spec.batch_shape, spec.n_q) if spec.need_lse else None
     if compute != q.dtype:
@@ -281,6 +286,14 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         # input dtype, as eager attention and the reference give it
         out = absorbed_rows_by_formula(q, k, v, spec, out)
     return AttentionOutput(out=out, lse=lse)
+
+
+def _compiled_sizes(spec: AttentionSpec) -> tuple[int, int]:
+    """The compiled loop's tiles: those of an enclosing :func:`tile_sizes`, else the defaults,
+    or :data:`attnlab.core.loop.BAND_TILES` for a window finite on both sides."""
+    if tiles_overridden() or spec.band is None or None in spec.band:
+        return sizes()
+    return loop.BAND_TILES
 
 
 def _tile_fractions(spec: AttentionSpec) -> tuple[float, float]:

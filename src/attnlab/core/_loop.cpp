@@ -1,0 +1,371 @@
+// The tile loop of attnlab's CPU attention, compiled as a whole (see attnlab/core/loop.py).
+//
+// One task owns one block of query rows of one head (forward) or one K/V head (backward) and
+// walks its key blocks in C++: the tile products are BLAS calls (the sgemm that libtorch_cpu
+// carries, single-threaded inside torch's parallel region), the softmax of a tile is one pass
+// of vectorizable loops, and nothing is issued per tile from Python. The eager tile loop of
+// attnlab/core/backends/tiled.py is the reference it is tested against.
+//
+// Notation as there: scores are in log2 units (q carries scale * log2 e), so every exponential
+// is exp2; the band keeps key j for query i when  i + off - left <= j <= i + off + right  (a
+// side that is absent is passed as a huge number); lse is returned in natural units.
+//
+// Softcap c: s = c * tanh(s_nat / c) on the natural score, then times log2 e; the backward
+// multiplies dS by 1 - tanh^2.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c,
+                       const int* ldc);
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Row-major C (m x n) = alpha * A (m x k) . op(B) + beta * C, with op(B) = B^T when b_t
+// (B stored n x k) else B (k x n). BLAS is column-major: C^T = op(B)^T A^T.
+inline void gemm_rm(bool b_t, bool a_t, int m, int n, int k, float alpha, const float* a,
+                    int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  const char tb = b_t ? 'T' : 'N';
+  const char ta = a_t ? 'T' : 'N';
+  sgemm_(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+
+// One SIMD register of floats (GCC/Clang vector extensions): 16 lanes where -march=native has
+// AVX-512, else 8 (AVX2; SSE splits them in two). Loads and stores go through memcpy (no
+// alignment assumed).
+#if defined(__AVX512F__)
+constexpr int W = 16;
+#else
+constexpr int W = 8;
+#endif
+typedef float vf __attribute__((vector_size(W * 4)));
+typedef int32_t vi __attribute__((vector_size(W * 4)));
+
+inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vf splat(float x) { return vf{} + x; }
+inline float hmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < W; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+inline float hsum(vf v) {
+  float s = 0.0f;
+  for (int i = 0; i < W; ++i) s += v[i];
+  return s;
+}
+
+// 2^x, relative error below 2e-7 (0 below 2^-126, and for -inf): x = n + f with n the nearest
+// integer, 2^f by a degree-7 polynomial on [-0.5, 0.5], 2^n added to the exponent bits.
+inline vf exp2v(vf x) {
+  const vi zero = x < -126.0f;
+  x = zero ? splat(-126.0f) : x;
+  x = x > 126.0f ? splat(126.0f) : x;
+  const vf n = (x + 12582912.0f) - 12582912.0f;            // round to nearest (|x| < 2^22)
+  const vf f = x - n;
+  vf p = splat(1.5353362e-4f);
+  p = p * f + 1.3398874e-3f;
+  p = p * f + 9.6181291e-3f;
+  p = p * f + 5.5504109e-2f;
+  p = p * f + 2.4022651e-1f;
+  p = p * f + 6.9314718e-1f;
+  p = p * f + 1.0f;
+  vi bits = reinterpret_cast<vi&>(p) + (__builtin_convertvector(n, vi) << 23);
+  bits &= ~zero;
+  return reinterpret_cast<vf&>(bits);
+}
+
+inline float exp2s(float x) {                      // one lane of exp2v
+  vf v = exp2v(splat(x));
+  return v[0];
+}
+
+struct Band {
+  int64_t off, left, right, n_k;
+  // keys [lo, hi) that row i keeps
+  inline int64_t lo(int64_t i) const { return std::max<int64_t>(0, i + off - left); }
+  inline int64_t hi(int64_t i) const { return std::min<int64_t>(n_k, i + off + right + 1); }
+};
+
+// Scores of one tile (rows x cols, row stride ld, a multiple of W), in place: the softcap
+// (natural units in, log2 units out; tanh kept for the backward), the band's -inf outside
+// [lo, hi) of each row, and -inf in the padding columns cols .. ld - 1.
+inline void finish_scores(float* s, int rows, int cols, int ld, int64_t i0, int64_t j0,
+                          const Band& band, bool partial, float cap, float* tanh_out) {
+  if (cap > 0.0f) {
+    const float inv = 1.0f / cap, out_scale = cap * kLog2e;
+    for (int r = 0; r < rows; ++r) {
+      float* row = s + static_cast<int64_t>(r) * ld;
+      for (int c = 0; c < ld; c += W) {
+        // tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1), |y| clipped where tanh is +-1 in float32
+        vf y = load(row + c) * inv;
+        y = y > 9.0f ? splat(9.0f) : y;
+        y = y < -9.0f ? splat(-9.0f) : y;
+        const vf t = 1.0f - 2.0f / (exp2v(y * (2.0f * kLog2e)) + 1.0f);
+        store(row + c, t * out_scale);
+        if (tanh_out) store(tanh_out + static_cast<int64_t>(r) * ld + c, t);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + static_cast<int64_t>(r) * ld;
+    int64_t lo = 0, hi = cols;
+    if (partial) {
+      lo = std::max<int64_t>(0, band.lo(i0 + r) - j0);
+      hi = std::max<int64_t>(lo, std::min<int64_t>(cols, band.hi(i0 + r) - j0));
+    }
+    for (int64_t c = 0; c < std::min<int64_t>(lo, ld); ++c) row[c] = kNegInf;
+    for (int64_t c = hi; c < ld; ++c) row[c] = kNegInf;
+  }
+}
+
+inline int round_up(int64_t x) { return static_cast<int>((x + W - 1) / W * W); }
+
+// Whether the tile [i0, i1) x [j0, j1) is kept whole / partly / not at all by the band.
+inline int tile_kind(const Band& b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const int64_t lo_first = b.lo(i0), hi_last = b.hi(i1 - 1);
+  if (j1 <= lo_first || j0 >= hi_last) return 0;                     // skip
+  const int64_t lo_last = b.lo(i1 - 1), hi_first = b.hi(i0);
+  if (j0 >= lo_last && j1 <= hi_first) return 2;                      // full
+  return 1;                                                           // partial
+}
+
+}  // namespace
+
+// out (BH, N_q, D_v), lse (BH, N_q) natural units.
+// q (BH, N_q, D_k) already times scale (natural units when cap > 0, else times log2 e);
+// k (BKV, N_k, D_k), v (BKV, N_k, D_v); query head bh reads K/V head bh / groups.
+std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
+                                   int64_t groups, int64_t off, int64_t left, int64_t right,
+                                   double cap, int64_t block_q, int64_t block_k) {
+  TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat &&
+              v.dtype() == at::kFloat, "the compiled tile loop takes float32");
+  q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
+  const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1), DV = v.size(2);
+  auto out = at::empty({BH, NQ, DV}, q.options());
+  auto lse = at::empty({BH, NQ}, q.options());
+  const Band band{off, left, right, NK};
+  const int64_t nqb = (NQ + block_q - 1) / block_q;
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  float* lp = lse.data_ptr<float>();
+  const float fcap = static_cast<float>(cap);
+  // max_j |k_j| per K/V head (for the bound of rows that need no shift)
+  std::vector<float> kmax(k.size(0), 0.0f);
+  for (int64_t h = 0; h < k.size(0); ++h) {
+    for (int64_t j = 0; j < NK; ++j) {
+      const float* kr = kp + (h * NK + j) * DK;
+      float n2 = 0.0f;
+      for (int d = 0; d < DK; ++d) n2 += kr[d] * kr[d];
+      kmax[h] = std::max(kmax[h], std::sqrt(n2));
+    }
+  }
+  const int ldk = round_up(block_k);
+  at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s(block_q * ldk), acc(block_q * DV), mx(block_q), sum(block_q);
+    std::vector<char> fixed(block_q);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t bh = t / nqb, i0 = (t % nqb) * block_q, i1 = std::min(NQ, i0 + block_q);
+      const int rows = static_cast<int>(i1 - i0);
+      const float* qb = qp + (bh * NQ + i0) * DK;
+      const float* kh = kp + (bh / groups) * NK * DK;
+      const float* vh = vp + (bh / groups) * NK * DV;
+      std::fill(acc.begin(), acc.begin() + rows * DV, 0.0f);
+      std::fill(sum.begin(), sum.begin() + rows, 0.0f);
+      // Rows whose every score is bounded by 64 in log2 units need no shift: 2^s stays within
+      // [2^-64, 2^64], so the row's maximum is never taken (mx = 0 throughout). The bound is
+      // the cap, or |q_i| max_j |k_j| (Cauchy-Schwarz) without one.
+      for (int r = 0; r < rows; ++r) {
+        float bound = fcap > 0.0f ? fcap * kLog2e : 0.0f;
+        if (fcap == 0.0f) {
+          const float* qr = qb + static_cast<int64_t>(r) * DK;
+          float n2 = 0.0f;
+          for (int d = 0; d < DK; ++d) n2 += qr[d] * qr[d];
+          bound = std::sqrt(n2) * kmax[bh / groups];
+        }
+        mx[r] = bound <= 64.0f ? 0.0f : kNegInf;
+        fixed[r] = bound <= 64.0f;
+      }
+      const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
+      for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
+        const int64_t j1 = std::min(NK, j0 + block_k);
+        const int kind = tile_kind(band, i0, i1, j0, j1);
+        if (kind == 0) continue;
+        const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
+        gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(), ld);
+        finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap, nullptr);
+        for (int r = 0; r < rows; ++r) {
+          float* row = s.data() + static_cast<int64_t>(r) * ld;
+          if (fixed[r]) {                            // no shift: 2^s summed as it comes
+            vf vl = vf{};
+            for (int c = 0; c < ld; c += W) {
+              const vf p = exp2v(load(row + c));
+              store(row + c, p);
+              vl += p;
+            }
+            sum[r] += hsum(vl);
+            continue;
+          }
+          vf vm = splat(mx[r]);
+          for (int c = 0; c < ld; c += W) {
+            const vf x = load(row + c);
+            vm = x > vm ? x : vm;
+          }
+          const float m_new = hmax(vm);
+          if (m_new == kNegInf) {                    // nothing kept yet: P = 0 on this tile
+            std::fill(row, row + ld, 0.0f);
+            continue;
+          }
+          vf vl = vf{};
+          for (int c = 0; c < ld; c += W) {
+            const vf p = exp2v(load(row + c) - m_new);
+            store(row + c, p);
+            vl += p;
+          }
+          if (m_new > mx[r]) {
+            const float alpha = mx[r] == kNegInf ? 0.0f : exp2s(mx[r] - m_new);
+            float* a = acc.data() + static_cast<int64_t>(r) * DV;
+            for (int d = 0; d < DV; ++d) a[d] *= alpha;
+            sum[r] *= alpha;
+            mx[r] = m_new;
+          }
+          sum[r] += hsum(vl);
+        }
+        gemm_rm(false, false, rows, DV, cols, 1.0f, s.data(), ld, vh + j0 * DV, DV, 1.0f,
+                acc.data(), DV);
+      }
+      for (int r = 0; r < rows; ++r) {
+        float* o = op + (bh * NQ + i0 + r) * DV;
+        const float* a = acc.data() + static_cast<int64_t>(r) * DV;
+        if (sum[r] > 0.0f) {
+          const float inv = 1.0f / sum[r];
+          for (int d = 0; d < DV; ++d) o[d] = a[d] * inv;
+          lp[bh * NQ + i0 + r] = (mx[r] + std::log2(sum[r])) * kLn2;
+        } else {                                     // a row that keeps no key
+          std::fill(o, o + DV, 0.0f);
+          lp[bh * NQ + i0 + r] = kNegInf;
+        }
+      }
+    }
+  });
+  return {out, lse};
+}
+
+// (dq, dk, dv) of the forward above, unscaled by the score scale c (the caller multiplies dq
+// and dk by it). q as in the forward (times scale, natural when cap > 0); q_raw the unscaled
+// q (for dk); lse natural; delta = rowsum(dO * O) - dlse. One task per K/V head: it owns its
+// dk and dv and walks the G query heads that read it.
+std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
+                                    at::Tensor v, at::Tensor lse, at::Tensor d_out,
+                                    at::Tensor delta, int64_t groups, int64_t off,
+                                    int64_t left, int64_t right, double cap, int64_t block_q,
+                                    int64_t block_k) {
+  q = q.contiguous(); q_raw = q_raw.contiguous(); k = k.contiguous(); v = v.contiguous();
+  lse = lse.contiguous(); d_out = d_out.contiguous(); delta = delta.contiguous();
+  const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1), DV = v.size(2);
+  const int64_t BKV = k.size(0);
+  auto dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  const Band band{off, left, right, NK};
+  const float fcap = static_cast<float>(cap);
+  const float* qp = q.data_ptr<float>();
+  const float* qrp = q_raw.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const float* lp = lse.data_ptr<float>();
+  const float* dop = d_out.data_ptr<float>();
+  const float* dlp = delta.data_ptr<float>();
+  float* dqp = dq.data_ptr<float>();
+  float* dkp = dk.data_ptr<float>();
+  float* dvp = dv.data_ptr<float>();
+  const int ldk = round_up(block_k);
+  at::parallel_for(0, BKV, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> p(block_q * ldk), dp(block_q * ldk), th(block_q * ldk), shift(block_q);
+    for (int64_t kvh = begin; kvh < end; ++kvh) {
+      const float* kh = kp + kvh * NK * DK;
+      const float* vh = vp + kvh * NK * DV;
+      float* dkh = dkp + kvh * NK * DK;
+      float* dvh = dvp + kvh * NK * DV;
+      for (int64_t bh = kvh * groups; bh < (kvh + 1) * groups; ++bh) {
+        for (int64_t i0 = 0; i0 < NQ; i0 += block_q) {
+          const int64_t i1 = std::min(NQ, i0 + block_q);
+          const int rows = static_cast<int>(i1 - i0);
+          const float* qb = qp + (bh * NQ + i0) * DK;
+          const float* qrb = qrp + (bh * NQ + i0) * DK;
+          const float* dob = dop + (bh * NQ + i0) * DV;
+          float* dqb = dqp + (bh * NQ + i0) * DK;
+          for (int r = 0; r < rows; ++r) {
+            const float l = lp[bh * NQ + i0 + r];
+            shift[r] = l == kNegInf ? std::numeric_limits<float>::infinity() : l * kLog2e;
+          }
+          const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
+          for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
+            const int64_t j1 = std::min(NK, j0 + block_k);
+            const int kind = tile_kind(band, i0, i1, j0, j1);
+            if (kind == 0) continue;
+            const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
+            gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, p.data(),
+                    ld);
+            finish_scores(p.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap,
+                          fcap > 0.0f ? th.data() : nullptr);
+            for (int r = 0; r < rows; ++r) {            // P = 2^(S - lse log2 e), 0 if masked
+              float* row = p.data() + static_cast<int64_t>(r) * ld;
+              const float sh = shift[r];
+              for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
+            }
+            // dV += P^T dO
+            gemm_rm(false, true, cols, DV, rows, 1.0f, p.data(), ld, dob, DV, 1.0f,
+                    dvh + j0 * DV, DV);
+            // dP = dO V^T
+            gemm_rm(true, false, rows, cols, DV, 1.0f, dob, DV, vh + j0 * DV, DV, 0.0f,
+                    dp.data(), ld);
+            for (int r = 0; r < rows; ++r) {            // dS = P (dP - D) [(1 - t^2)]
+              float* ds = dp.data() + static_cast<int64_t>(r) * ld;
+              const float* pr = p.data() + static_cast<int64_t>(r) * ld;
+              const float dl = dlp[bh * NQ + i0 + r];
+              if (fcap > 0.0f) {
+                const float* t = th.data() + static_cast<int64_t>(r) * ld;
+                for (int c = 0; c < ld; c += W) {
+                  const vf tv = load(t + c);
+                  store(ds + c, load(pr + c) * (load(ds + c) - dl) * (1.0f - tv * tv));
+                }
+              } else {
+                for (int c = 0; c < ld; c += W)
+                  store(ds + c, load(pr + c) * (load(ds + c) - dl));
+              }
+            }
+            // dQ += dS K ; dK += dS^T Q
+            gemm_rm(false, false, rows, DK, cols, 1.0f, dp.data(), ld, kh + j0 * DK, DK, 1.0f,
+                    dqb, DK);
+            gemm_rm(false, true, cols, DK, rows, 1.0f, dp.data(), ld, qrb, DK, 1.0f,
+                    dkh + j0 * DK, DK);
+          }
+        }
+      }
+    }
+  });
+  return {dq, dk, dv};
+}
+
+TORCH_LIBRARY(attnlab_loop, m) {
+  m.def("forward(Tensor q, Tensor k, Tensor v, int groups, int off, int left, int right, "
+        "float cap, int block_q, int block_k) -> Tensor[]", &forward);
+  m.def("backward(Tensor q, Tensor q_raw, Tensor k, Tensor v, Tensor lse, Tensor d_out, "
+        "Tensor delta, int groups, int off, int left, int right, float cap, int block_q, "
+        "int block_k) -> Tensor[]", &backward);
+}
