@@ -70,6 +70,7 @@ class LoopWarning(UserWarning):
 
 
 def setting() -> str:
+    """``ATTNLAB_LOOP``'s value: ``"0"``, ``"1"`` or ``"auto"`` (a ValueError for others)."""
     value = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if value not in ("0", "1", "auto"):
         raise ValueError(f"{ENV} must be 0, 1 or auto, got {value!r}; unset it for the default "
@@ -86,6 +87,8 @@ def compiler() -> str | None:
 
 
 def cache_dir() -> Path:
+    """Where built loops live: ``$ATTNLAB_CACHE/loop``, else ``$XDG_CACHE_HOME/attnlab/loop``,
+    else ``~/.cache/attnlab/loop``."""
     root = os.environ.get("ATTNLAB_CACHE")
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME")
@@ -263,6 +266,7 @@ class Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, spec, block_q: int, block_k: int):
+        """``(out, lse)``; q, k, v saved with the output and lse for the backward."""
         out, lse = forward(scaled_q(q, spec), k, v, spec, block_q, block_k)
         ctx.spec, ctx.sizes = spec, (block_q, block_k)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -270,6 +274,7 @@ class Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
+        """``(dq, dk, dv)`` with every tile's probabilities recomputed from lse."""
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = backward(scaled_q(q, ctx.spec), q, k, v, out, lse, d_out.contiguous(),
                               d_lse, ctx.spec, *ctx.sizes)
@@ -283,6 +288,8 @@ def report() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Build the loop for this machine (``make install`` runs it); 0 also where it cannot be
+    built (the library then runs the eager loop), with one line saying why."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m attnlab.core.loop",
