@@ -29,6 +29,10 @@ huge, and ``m + r`` would lose ``r`` and make P too large by the row's length. T
 the tile). Fully masked rows have ``lse = -inf`` and P = 0. The gradient of a float mask is
 each tile's dS summed over the mask's broadcast dims (T5's learned position bias trains here).
 
+Calls with no tensor mask, mask function, score_mod or dropout, in float32 compute, run the same
+loop compiled as a whole (:mod:`attnlab.core.loop`) where it is built; this module's loop is
+then the reference it is tested against.
+
 bfloat16 and float16 inputs are computed in float32 tile by tile, as flash kernels accumulate.
 Differs from the reference only in the order of floating-point operations.
 """
