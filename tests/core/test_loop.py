@@ -171,3 +171,63 @@ def test_built_library_is_found_by_a_new_process(built):
 
 def test_tiled_module_exposes_the_loop_choice():
     assert tiled.loop is loop
+
+
+@pytest.mark.parametrize("extras", [False, True])
+@pytest.mark.parametrize("kind", [{"causal": True}, {"window": (7, 0)}])
+@pytest.mark.parametrize("n_q, n_k", [(45, 45), (30, 50), (50, 30)])
+def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n_k, extras):
+    """The census on the compiled loop gives the eager loop's statistics and the float64
+    reference's: the row statistics in the forward's own pass, or (with columns, pooled maps,
+    exact rows, one asked twice, and rows that count) the forward then a second pass."""
+    import dataclasses
+
+    from attnlab.core import _stats_passes
+    from attnlab.core.stats import attention_stats
+
+    pooled = 4 if extras else None
+    rows = torch.tensor([0, n_q - 1, 3, 3]) if extras else None
+    queries = (torch.arange(n_q) % 3 != 1) if extras else None
+    second, passes = [], []
+    real_second = _stats_passes._second_pass_compiled
+    monkeypatch.setattr(_stats_passes, "_second_pass_compiled",
+                        lambda *a: second.append(1) or real_second(*a))
+    real_rows = _stats_passes._second_pass_rows
+    monkeypatch.setattr(_stats_passes, "_second_pass_rows",
+                        lambda *a, **kw: passes.append(1) or real_rows(*a, **kw))
+
+    tiles(tiled_sizes=(16, 32))
+    q, k, v = _qkv(n_q, n_k, h_q=4, h_kv=2)
+    ids = torch.randint(0, 5, (n_k,), generator=torch.Generator().manual_seed(2))
+    ids = ids if n_q == n_k else None
+
+    def stats(setting, dtype):
+        monkeypatch.setenv("ATTNLAB_LOOP", setting)
+        got = attention_stats(q.to(dtype), k.to(dtype), v.to(dtype), enable_gqa=True, ids=ids,
+                              columns=extras, pooled=pooled, rows=rows, queries=queries,
+                              **kind)
+        return {f.name: getattr(got, f.name) for f in dataclasses.fields(got)
+                if isinstance(getattr(got, f.name), torch.Tensor)}
+
+    calls = []
+    real = loop.forward
+    monkeypatch.setattr(loop, "forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    compiled = stats("1", torch.float32)
+    if extras:     # columns, pooled maps and rows: a second pass, compiled
+        assert calls and second and passes, "the passes did not run on the compiled loop"
+    else:          # the row statistics come out of the compiled forward: no second pass
+        assert not passes and not second and not calls
+    eager, ref = stats("0", torch.float32), stats("0", torch.float64)
+    untied = ~eager["tied"]
+    assert torch.equal(compiled["argmax"][untied], eager["argmax"][untied])
+    for name, value in compiled.items():
+        for other in (eager, ref):
+            want = other[name]
+            if value.dtype in (torch.bool, torch.int64):
+                if name not in ("argmax", "tied"):       # ties may differ by float32 rounding
+                    assert torch.equal(value, want), name
+                continue
+            a, b = value.double(), want.double()
+            assert torch.equal(torch.isneginf(a), torch.isneginf(b)), name
+            a, b = torch.nan_to_num(a, neginf=0.0), torch.nan_to_num(b, neginf=0.0)
+            assert (a - b).abs().max() <= 1e-4 * b.abs().max().clamp_min(1.0), name

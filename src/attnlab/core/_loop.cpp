@@ -149,9 +149,16 @@ inline int tile_kind(const Band& b, int64_t i0, int64_t i1, int64_t j0, int64_t 
 // out (BH, N_q, D_v), lse (BH, N_q) natural units.
 // q (BH, N_q, D_k) already times scale (natural units when cap > 0, else times log2 e);
 // k (BKV, N_k, D_k), v (BKV, N_k, D_v); query head bh reads K/V head bh / groups.
-std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                   int64_t groups, int64_t off, int64_t left, int64_t right,
-                                   double cap, int64_t block_q, int64_t block_k) {
+// With `stats`, the census's row statistics in the same loop (see stats_pass below for what
+// each is): the largest score (log2 units), its first key and ties, and the masses on the
+// previous key, the key itself, the keys within band_w, prefix matches and duplicates (with
+// ids), each accumulated unnormalized with the online softmax's rescaling and divided by the
+// row's sum at the end. Every row then takes the shifted path (the maximum is a statistic).
+static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tensor v,
+                                            int64_t groups, int64_t off, int64_t left,
+                                            int64_t right, double cap, int64_t block_q,
+                                            int64_t block_k, bool stats, at::Tensor ids,
+                                            at::Tensor before, int64_t band_w) {
   TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat &&
               v.dtype() == at::kFloat, "the compiled tile loop takes float32");
   q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
@@ -166,6 +173,19 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   float* op = out.data_ptr<float>();
   float* lp = lse.data_ptr<float>();
   const float fcap = static_cast<float>(cap);
+  const bool has_ids = stats && ids.numel() > 0;
+  if (has_ids) { ids = ids.contiguous(); before = before.contiguous(); }
+  const int64_t* idp = has_ids ? ids.data_ptr<int64_t>() : nullptr;
+  const int64_t* bfp = has_ids ? before.data_ptr<int64_t>() : nullptr;
+  const int64_t n_st = stats ? BH : 0;
+  auto best = at::full({n_st, NQ}, kNegInf, q.options());
+  auto argmax = at::full({n_st, NQ}, -1, q.options().dtype(at::kLong));
+  auto tied = at::zeros({n_st, NQ}, q.options().dtype(at::kBool));
+  auto masses = at::zeros({5, n_st, NQ}, q.options());     // prev, self, local, match, dup
+  float* bp = best.data_ptr<float>();
+  int64_t* ap = argmax.data_ptr<int64_t>();
+  bool* tp = tied.data_ptr<bool>();
+  float* msp = masses.data_ptr<float>();
   // max_j |k_j| per K/V head (for the bound of rows that need no shift)
   std::vector<float> kmax(k.size(0), 0.0f);
   for (int64_t h = 0; h < k.size(0); ++h) {
@@ -180,6 +200,7 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(block_q * ldk), acc(block_q * DV), mx(block_q), sum(block_q);
     std::vector<char> fixed(block_q);
+    std::vector<float> mass(stats ? 5 * block_q : 0);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / nqb, i0 = (t % nqb) * block_q, i1 = std::min(NQ, i0 + block_q);
       const int rows = static_cast<int>(i1 - i0);
@@ -188,6 +209,7 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
       const float* vh = vp + (bh / groups) * NK * DV;
       std::fill(acc.begin(), acc.begin() + rows * DV, 0.0f);
       std::fill(sum.begin(), sum.begin() + rows, 0.0f);
+      std::fill(mass.begin(), mass.end(), 0.0f);
       // Rows whose every score is bounded by 64 in log2 units need no shift: 2^s stays within
       // [2^-64, 2^64], so the row's maximum is never taken (mx = 0 throughout). The bound is
       // the cap, or |q_i| max_j |k_j| (Cauchy-Schwarz) without one.
@@ -199,8 +221,8 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
           for (int d = 0; d < DK; ++d) n2 += qr[d] * qr[d];
           bound = std::sqrt(n2) * kmax[bh / groups];
         }
-        mx[r] = bound <= 64.0f ? 0.0f : kNegInf;
-        fixed[r] = bound <= 64.0f;
+        fixed[r] = !stats && bound <= 64.0f;
+        mx[r] = fixed[r] ? 0.0f : kNegInf;
       }
       const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
       for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
@@ -222,12 +244,30 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
             sum[r] += hsum(vl);
             continue;
           }
-          vf vm = splat(mx[r]);
+          vf vm = splat(kNegInf);
           for (int c = 0; c < ld; c += W) {
             const vf x = load(row + c);
             vm = x > vm ? x : vm;
           }
-          const float m_new = hmax(vm);
+          const float top = hmax(vm);
+          const float m_new = top > mx[r] ? top : mx[r];
+          const int64_t i = i0 + r, at = bh * NQ + i;
+          if (stats && top != kNegInf && top >= bp[at]) {
+            int first = -1, count = 0;
+            for (int c = 0; c < cols; ++c) {
+              if (row[c] == top) {
+                if (first < 0) first = c;
+                ++count;
+              }
+            }
+            if (top > bp[at]) {
+              bp[at] = top;
+              ap[at] = j0 + first;
+              tp[at] = count > 1;
+            } else {
+              tp[at] = true;                           // equal to an earlier tile's largest
+            }
+          }
           if (m_new == kNegInf) {                    // nothing kept yet: P = 0 on this tile
             std::fill(row, row + ld, 0.0f);
             continue;
@@ -243,9 +283,32 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
             float* a = acc.data() + static_cast<int64_t>(r) * DV;
             for (int d = 0; d < DV; ++d) a[d] *= alpha;
             sum[r] *= alpha;
+            if (stats) for (int x = 0; x < 5; ++x) mass[x * block_q + r] *= alpha;
             mx[r] = m_new;
           }
           sum[r] += hsum(vl);
+          if (stats) {
+            const int64_t pos = i + off;
+            const int64_t lo = std::max<int64_t>(j0, pos - band_w);
+            const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
+            for (int64_t j = lo; j <= hi; ++j) {
+              const float p = row[j - j0];
+              mass[2 * block_q + r] += p;
+              if (j == pos - 1) mass[r] += p;
+              if (j == pos) mass[block_q + r] += p;
+            }
+            if (has_ids) {
+              const int64_t tok = idp[i], stop = std::min<int64_t>(j1, pos);
+              float m_sum = 0.0f, d_sum = 0.0f;
+              for (int64_t j = j0; j < stop; ++j) {
+                const float p = row[j - j0];
+                m_sum += bfp[j] == tok ? p : 0.0f;
+                d_sum += idp[j] == tok ? p : 0.0f;
+              }
+              mass[3 * block_q + r] += m_sum;
+              mass[4 * block_q + r] += d_sum;
+            }
+          }
         }
         gemm_rm(false, false, rows, DV, cols, 1.0f, s.data(), ld, vh + j0 * DV, DV, 1.0f,
                 acc.data(), DV);
@@ -257,6 +320,10 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
           const float inv = 1.0f / sum[r];
           for (int d = 0; d < DV; ++d) o[d] = a[d] * inv;
           lp[bh * NQ + i0 + r] = (mx[r] + std::log2(sum[r])) * kLn2;
+          if (stats) {
+            for (int x = 0; x < 5; ++x)
+              msp[(x * BH + bh) * NQ + i0 + r] = mass[x * block_q + r] * inv;
+          }
         } else {                                     // a row that keeps no key
           std::fill(o, o + DV, 0.0f);
           lp[bh * NQ + i0 + r] = kNegInf;
@@ -264,7 +331,23 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
       }
     }
   });
-  return {out, lse};
+  if (!stats) return {out, lse};
+  return {out, lse, best, argmax, tied, masses};
+}
+
+std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, int64_t groups,
+                                int64_t off, int64_t left, int64_t right, double cap,
+                                int64_t block_q, int64_t block_k) {
+  return forward_impl(q, k, v, groups, off, left, right, cap, block_q, block_k, false,
+                      at::Tensor(), at::Tensor(), 0);
+}
+
+std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ids,
+                                      at::Tensor before, int64_t groups, int64_t off,
+                                      int64_t left, int64_t right, int64_t band_w,
+                                      int64_t block_q, int64_t block_k) {
+  return forward_impl(q, k, v, groups, off, left, right, 0.0, block_q, block_k, true, ids,
+                      before, band_w);
 }
 
 // (dq, dk, dv) of the forward above, unscaled by the score scale c (the caller multiplies dq
@@ -362,10 +445,163 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
   return {dq, dk, dv};
 }
 
+// The census's second pass (attnlab/core/_stats_passes.py, _second_pass_rows) once every row's
+// shift = lse in log2 units is known: per row the largest score, its first key and whether
+// another key ties with it; the weights P = 2^(S - shift) summed on the previous key, the key
+// itself and the keys within `band` of it, on keys that follow an earlier copy of the query's
+// token (prefix matching, before[j] == ids[i]) or are one (ids[j] == ids[i]); and, times the
+// row's `keep`, the column sums, the pooled sums and maxima over cq x ck cells, and the rows
+// asked for (row_slot[i] >= 0). One task per head: it owns its columns, cells and rows.
+// Optional tensors are passed empty. With maxima_only, only the first three.
+std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor ids,
+                                   at::Tensor before, at::Tensor keep, at::Tensor row_slot,
+                                   int64_t n_rows, int64_t groups, int64_t off, int64_t left,
+                                   int64_t right, int64_t band_w, bool columns, int64_t cq,
+                                   int64_t ck, int64_t gq, int64_t gk, int64_t block_q,
+                                   int64_t block_k, bool maxima_only) {
+  TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat && shift.dtype() == at::kFloat,
+              "the compiled statistics pass takes float32");
+  q = q.contiguous(); k = k.contiguous(); shift = shift.contiguous();
+  const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1);
+  const bool has_ids = ids.numel() > 0, has_keep = keep.numel() > 0;
+  const bool has_rows = row_slot.numel() > 0, pooled = gk > 0;
+  if (has_ids) { ids = ids.contiguous(); before = before.contiguous(); }
+  if (has_keep) keep = keep.contiguous();
+  if (has_rows) row_slot = row_slot.contiguous();
+  auto fopt = q.options();
+  auto best = at::full({BH, NQ}, kNegInf, fopt);
+  auto argmax = at::full({BH, NQ}, -1, fopt.dtype(at::kLong));
+  auto tied = at::zeros({BH, NQ}, fopt.dtype(at::kBool));
+  auto prev = at::zeros({BH, NQ}, fopt), own = at::zeros({BH, NQ}, fopt),
+       local = at::zeros({BH, NQ}, fopt), match = at::zeros({BH, NQ}, fopt),
+       dup = at::zeros({BH, NQ}, fopt);
+  auto received = at::zeros({columns ? BH : 0, NK}, fopt);
+  auto p_sum = at::zeros({pooled ? BH : 0, gq * gk}, fopt);
+  auto p_max = at::zeros({pooled ? BH : 0, gq * gk}, fopt);
+  auto row_w = at::zeros({has_rows ? BH : 0, n_rows, NK}, fopt);
+  const Band band{off, left, right, NK};
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* shp = shift.data_ptr<float>();
+  const int64_t* idp = has_ids ? ids.data_ptr<int64_t>() : nullptr;
+  const int64_t* bfp = has_ids ? before.data_ptr<int64_t>() : nullptr;
+  const float* kpp = has_keep ? keep.data_ptr<float>() : nullptr;
+  const int64_t* slp = has_rows ? row_slot.data_ptr<int64_t>() : nullptr;
+  float* bp = best.data_ptr<float>();
+  int64_t* ap = argmax.data_ptr<int64_t>();
+  bool* tp = tied.data_ptr<bool>();
+  float *pv = prev.data_ptr<float>(), *ow = own.data_ptr<float>(), *lc = local.data_ptr<float>(),
+        *mt = match.data_ptr<float>(), *dp = dup.data_ptr<float>();
+  float* rc = columns ? received.data_ptr<float>() : nullptr;
+  float* ps = pooled ? p_sum.data_ptr<float>() : nullptr;
+  float* pm = pooled ? p_max.data_ptr<float>() : nullptr;
+  float* rw = has_rows ? row_w.data_ptr<float>() : nullptr;
+  const int ldk = round_up(block_k);
+  at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s(block_q * ldk);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const float* kh = kp + (bh / groups) * NK * DK;
+      for (int64_t i0 = 0; i0 < NQ; i0 += block_q) {
+        const int64_t i1 = std::min(NQ, i0 + block_q);
+        const int rows = static_cast<int>(i1 - i0);
+        const float* qb = qp + (bh * NQ + i0) * DK;
+        const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
+        for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
+          const int64_t j1 = std::min(NK, j0 + block_k);
+          const int kind = tile_kind(band, i0, i1, j0, j1);
+          if (kind == 0) continue;
+          const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
+          gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(),
+                  ld);
+          finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, 0.0f, nullptr);
+          for (int r = 0; r < rows; ++r) {
+            const int64_t i = i0 + r, at = bh * NQ + i;
+            float* row = s.data() + static_cast<int64_t>(r) * ld;
+            vf vm = splat(kNegInf);
+            for (int c = 0; c < ld; c += W) {
+              const vf x = load(row + c);
+              vm = x > vm ? x : vm;
+            }
+            const float top = hmax(vm);
+            if (top != kNegInf && top >= bp[at]) {
+              int first = -1, count = 0;
+              for (int c = 0; c < cols; ++c) {
+                if (row[c] == top) {
+                  if (first < 0) first = c;
+                  ++count;
+                }
+              }
+              if (top > bp[at]) {
+                bp[at] = top;
+                ap[at] = j0 + first;
+                tp[at] = count > 1;
+              } else {
+                tp[at] = true;                         // equal to an earlier tile's largest
+              }
+            }
+            if (maxima_only) continue;
+            const float sh = shp[at];
+            for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
+            const int64_t pos = i + off;
+            // the band around the query: previous key, the key itself, |pos - j| <= band
+            const int64_t lo = std::max<int64_t>(j0, pos - band_w);
+            const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
+            for (int64_t j = lo; j <= hi; ++j) {
+              const float p = row[j - j0];
+              lc[at] += p;
+              if (j == pos - 1) pv[at] += p;
+              if (j == pos) ow[at] += p;
+            }
+            if (has_ids) {
+              const int64_t tok = idp[i], stop = std::min<int64_t>(j1, pos);
+              float m_sum = 0.0f, d_sum = 0.0f;
+              for (int64_t j = j0; j < stop; ++j) {
+                const float p = row[j - j0];
+                m_sum += bfp[j] == tok ? p : 0.0f;
+                d_sum += idp[j] == tok ? p : 0.0f;
+              }
+              mt[at] += m_sum;
+              dp[at] += d_sum;
+            }
+            if (!columns && !pooled && !has_rows) continue;
+            const float kf = has_keep ? kpp[at] : 1.0f;
+            if (columns) {
+              float* col = rc + bh * NK + j0;
+              for (int c = 0; c < cols; ++c) col[c] += row[c] * kf;
+            }
+            if (pooled) {
+              float* cs = ps + bh * gq * gk + (i / cq) * gk;
+              float* cm = pm + bh * gq * gk + (i / cq) * gk;
+              for (int c = 0; c < cols; ++c) {
+                const int64_t cell = (j0 + c) / ck;
+                const float p = row[c] * kf;
+                cs[cell] += p;
+                cm[cell] = p > cm[cell] ? p : cm[cell];
+              }
+            }
+            if (has_rows && slp[i] >= 0) {
+              float* dst = rw + (bh * n_rows + slp[i]) * NK + j0;
+              for (int c = 0; c < cols; ++c) dst[c] = row[c] * kf;
+            }
+          }
+        }
+      }
+    }
+  });
+  return {best, argmax, tied, prev, own, local, match, dup, received, p_sum, p_max, row_w};
+}
+
 TORCH_LIBRARY(attnlab_loop, m) {
   m.def("forward(Tensor q, Tensor k, Tensor v, int groups, int off, int left, int right, "
         "float cap, int block_q, int block_k) -> Tensor[]", &forward);
   m.def("backward(Tensor q, Tensor q_raw, Tensor k, Tensor v, Tensor lse, Tensor d_out, "
         "Tensor delta, int groups, int off, int left, int right, float cap, int block_q, "
         "int block_k) -> Tensor[]", &backward);
+  m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor ids, Tensor before, int groups, "
+        "int off, int left, int right, int band, int block_q, int block_k) -> Tensor[]",
+        &forward_stats);
+  m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor ids, Tensor before, Tensor keep, "
+        "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
+        "bool columns, int cq, int ck, int gq, int gk, int block_q, int block_k, "
+        "bool maxima_only) -> Tensor[]", &stats_pass);
 }

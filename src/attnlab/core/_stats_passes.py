@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from attnlab.core import loop
 from attnlab.core.tiles import Tiles, base2, key_blocks, sizes, split_lse
 
 LN2 = math.log(2.0)
@@ -37,14 +38,17 @@ def _fast(spec, sink) -> bool:
             and spec.score_mod is None and _causal_like(spec) and spec.dropout_p == 0)
 
 
-def _forward_stats(q, k, v, spec, sink: tuple[int, int]):
+def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
     """The first pass as the tiled forward with extra value columns: attention averages
     whatever rows V holds, so with ``V' = [V | K | j | 1{j < sink_keys}]`` one forward gives,
     besides the output, ``E_p[k]`` (whence ``E_p[s] = scale q . E_p[k]`` and the entropy
     ``H = lse - E_p[s]``), the mean key position (the distance ``p_i - E_p[j]`` when every kept
     key is at or before the query) and the sink mass. Returns ``(out or None, lse, entropy,
     distance, sink_mass, m, r)``: natural units but for ``lse = m + r`` in the tiles' units
-    (0 on rows with no key)."""
+    (0 on rows with no key).
+    ``row_stats``: ``(band, ids, before)`` to have the compiled loop also give, in the same
+    pass, what :func:`_second_pass_rows` gives without columns, pooled maps or rows (returned
+    as an eighth item, else None there)"""
     from attnlab.core.backends.tiled import tile_forward
 
     n_kv, n_k, d = k.shape
@@ -54,7 +58,32 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int]):
         n_kv, n_k, 2)
     parts = ([v] if v is not None else []) + [k, feats]
     v_ext = torch.cat(parts, -1)
-    out, m, r = tile_forward(q, k, v_ext, dataclasses.replace(spec, d_v=v_ext.shape[-1]), None)
+    spec_ext = dataclasses.replace(spec, d_v=v_ext.shape[-1])
+    rest = None
+    if loop.wanted(spec_ext) and row_stats is not None:     # the row statistics in this pass
+        band, ids, before = row_stats
+        left, right = spec.band
+        none_i = torch.empty(0, dtype=torch.long, device=q.device)
+        out, lse_nat, best, argmax, tied, mass = torch.ops.attnlab_loop.forward_stats(
+            loop.scaled_q(q, spec).contiguous(), k.contiguous(), v_ext.contiguous(),
+            none_i if ids is None else ids.to(q.device, torch.long),
+            none_i if before is None else before.to(q.device, torch.long), spec.kv_groups,
+            spec.offset, 1 << 60 if left is None else int(left), int(right), int(band),
+            *sizes())
+        m = lse_nat * (1.0 / LN2)
+        r = torch.where(torch.isneginf(lse_nat), float("-inf"), torch.zeros_like(lse_nat))
+        rest = {"best": best, "argmax": argmax, "tied": tied, "prev_mass": mass[0],
+                "self_mass": mass[1], "next_mass": torch.zeros_like(mass[0]),
+                "local_mass": mass[2], "match_mass": mass[3] if ids is not None else None,
+                "dup_mass": mass[4] if ids is not None else None, "received": None,
+                "pooled_mean": None, "pooled_max": None, "row_weights": None}
+    elif loop.wanted(spec_ext):            # the compiled tile loop (attnlab.core.loop)
+        out, lse_nat = loop.forward(loop.scaled_q(q, spec), k, v_ext, spec_ext, *sizes())
+        # one part, in log2 units (base2 holds where _fast does): m = lse, r = 0
+        m = lse_nat * (1.0 / LN2)
+        r = torch.where(torch.isneginf(lse_nat), float("-inf"), torch.zeros_like(lse_nat))
+    else:
+        out, m, r = tile_forward(q, k, v_ext, spec_ext, None)
     unit = LN2 if base2(spec) else 1.0
     lse = split_lse(m, r, base2(spec))
     empty = torch.isneginf(lse)
@@ -71,15 +100,20 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int]):
     distance = torch.where(empty, zero, pos - out[..., d_v + d])
     sink_mass = torch.where(empty, zero, out[..., d_v + d + 1])
     return ((out[..., :d_v] if v is not None else None), lse, entropy, distance, sink_mass,
-            safe_m, torch.where(empty, zero, r))
+            safe_m, torch.where(empty, zero, r), rest)
 
 
 def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, columns,
-                      pooled, rows, keep=None) -> dict:
+                      pooled, rows, keep=None, maxima_only: bool = False) -> dict:
     """The rest once every row's ``lse = m + r`` is known (the tiles' units), in one pass over
     the tiles: the largest weight and its key (a max of the scores), the previous-token and
     local mass on the tiles the band reaches, prefix matching (with ids), and what
-    :func:`_second_pass` adds (column sums, pooled maps, rows) where asked."""
+    :func:`_second_pass` adds (column sums, pooled maps, rows) where asked. Runs on the compiled
+    loop where it is built (:func:`_second_pass_compiled`); ``maxima_only``: the caller reads
+    only the maxima (the compiled pass then skips the rest)."""
+    if q_s.dtype == torch.float32 and loop.wanted(spec):
+        return _second_pass_compiled(q_s, k, spec, m_u, r_u, band, ids, before, columns,
+                                     pooled, rows, keep, maxima_only)
     n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
     dev, dt = q_s.device, m_u.dtype
     block_q, block_k = sizes()
@@ -126,6 +160,50 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
             "next_mass": torch.zeros_like(prev), "local_mass": local, "match_mass": match,
             "dup_mass": dup,
             **extra.result()}
+
+
+def _second_pass_compiled(q_s, k, spec, m_u, r_u, band, ids, before, columns, pooled, rows,
+                          keep, maxima_only) -> dict:
+    """:func:`_second_pass_rows` on the compiled loop (``stats_pass`` of ``_loop.cpp``): the
+    same quantities, one C++ task per head."""
+    n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
+    dev, dt = q_s.device, q_s.dtype
+    none_f = torch.empty(0, dtype=dt, device=dev)
+    none_i = torch.empty(0, dtype=torch.long, device=dev)
+    left, right = spec.band if spec.band is not None else (None, None)
+    big = 1 << 60
+    cq = ck = gq = gk = 0
+    if pooled is not None:
+        cq, ck = -(-n_q // pooled), -(-n_k // pooled)
+        gq, gk = -(-n_q // cq), -(-n_k // ck)
+    slot, inverse, n_rows = none_i, None, 0
+    if rows is not None:
+        unique, inverse = rows.to(dev).unique(return_inverse=True)     # a row asked twice
+        slot = torch.full((n_q,), -1, dtype=torch.long, device=dev)
+        slot[unique] = torch.arange(unique.numel(), device=dev)
+        n_rows = unique.numel()
+    keep_f = none_f if keep is None else keep.to(dt).expand(n_bh, n_q).contiguous()
+    block_q, block_k = sizes()
+    (best, argmax, tied, prev, own, local, match, dup, received, p_sum, p_max,
+     row_w) = torch.ops.attnlab_loop.stats_pass(
+        q_s.contiguous(), k.contiguous(), (m_u + r_u).to(dt).contiguous(),
+        none_i if ids is None else ids.to(dev, torch.long),
+        none_i if before is None else before.to(dev, torch.long), keep_f, slot, n_rows,
+        spec.kv_groups, spec.offset, big if left is None else int(left),
+        big if right is None else int(right), int(band), bool(columns), cq, ck, gq, gk,
+        block_q, block_k, bool(maxima_only))
+    out = {"best": best, "argmax": argmax, "tied": tied, "prev_mass": prev, "self_mass": own,
+           "next_mass": torch.zeros_like(prev), "local_mass": local,
+           "match_mass": match if ids is not None else None,
+           "dup_mass": dup if ids is not None else None,
+           "received": received if columns else None, "pooled_mean": None, "pooled_max": None,
+           "row_weights": row_w[:, inverse] if rows is not None else None}
+    if pooled is not None:
+        area = (_cell_sizes(n_q, cq, gq, dev, dt)[:, None]
+                * _cell_sizes(n_k, ck, gk, dev, dt)[None, :])
+        out["pooled_mean"] = (p_sum / area.reshape(-1)).reshape(n_bh, gq, gk)
+        out["pooled_max"] = p_max.reshape(n_bh, gq, gk)
+    return out
 
 
 def _prefix_match(before, ids, pos, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
@@ -204,23 +282,27 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
     then one pass over the tiles for the maxima, the band's masses, prefix matching and (where
     asked) the column sums, pooled maps and rows; rows picked by a function cost a pass of maxima
     before it."""
-    out, lse, entropy, distance, sink_mass, m_u, r_u = _forward_stats(q, k, v, spec, sink)
-    tiles = Tiles(spec, q.shape[0], None)
-    q_s = tiles.q_scaled(q)
-    empty = torch.isneginf(lse)
     before = None
     if ids is not None:
         before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
+    # without columns, pooled maps or rows, the compiled forward gives the row statistics too
+    one_pass = pick is None and not columns and pooled is None and rows is None
+    out, lse, entropy, distance, sink_mass, m_u, r_u, rest = _forward_stats(
+        q, k, v, spec, sink, row_stats=(band, ids, before) if one_pass else None)
+    tiles = Tiles(spec, q.shape[0], None)
+    q_s = tiles.q_scaled(q)
+    empty = torch.isneginf(lse)
     if pick is not None:    # rows picked by their largest weights: a pass of maxima first
         first = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None,
-                                  None)
+                                  None, maxima_only=True)
         top = torch.where(empty, torch.zeros_like(lse),
                           tiles.exp(first["best"] - m_u - r_u))
         if keep is not None:
             top = torch.where(keep, top, torch.zeros_like(top))
         rows = pick(top)
-    rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
-                             pooled, rows, keep)
+    if rest is None:
+        rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
+                                 pooled, rows, keep)
     zero = torch.zeros_like(lse)
     max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
     argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
