@@ -144,6 +144,50 @@ inline int tile_kind(const Band& b, int64_t i0, int64_t i1, int64_t j0, int64_t 
   return 1;                                                           // partial
 }
 
+// Folds a tile row's largest score `top` into the row's running largest (`best`), its first
+// key (`argmax`) and whether another key ties with it (`tied`).
+inline void fold_max(const float* row, int cols, float top, int64_t j0, float& best,
+                     int64_t& argmax, bool& tied) {
+  if (top == kNegInf || top < best) return;
+  int first = -1, count = 0;
+  for (int c = 0; c < cols; ++c) {
+    if (row[c] == top) {
+      if (first < 0) first = c;
+      ++count;
+    }
+  }
+  if (top > best) {
+    best = top;
+    argmax = j0 + first;
+    tied = count > 1;
+  } else {
+    tied = true;                                     // equal to an earlier tile's largest
+  }
+}
+
+// Adds a tile row's weights p (keys j0 .. j1-1, query at aligned position pos) to its masses:
+// m[0] the previous key, m[1] the key itself, m[2] the keys within band_w; with ids (token of
+// the query `tok`), m[3] keys after an earlier copy of it (before[j] == tok), m[4] copies.
+inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int64_t band_w,
+                       const int64_t* ids, const int64_t* before, int64_t tok, float* m) {
+  const int64_t lo = std::max<int64_t>(j0, pos - band_w);
+  const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
+  for (int64_t j = lo; j <= hi; ++j) {
+    m[2] += p[j - j0];
+    if (j == pos - 1) m[0] += p[j - j0];
+    if (j == pos) m[1] += p[j - j0];
+  }
+  if (ids == nullptr) return;
+  const int64_t stop = std::min<int64_t>(j1, pos);
+  float m_sum = 0.0f, d_sum = 0.0f;
+  for (int64_t j = j0; j < stop; ++j) {
+    m_sum += before[j] == tok ? p[j - j0] : 0.0f;
+    d_sum += ids[j] == tok ? p[j - j0] : 0.0f;
+  }
+  m[3] += m_sum;
+  m[4] += d_sum;
+}
+
 }  // namespace
 
 // out (BH, N_q, D_v), lse (BH, N_q) natural units.
@@ -252,22 +296,7 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           const float top = hmax(vm);
           const float m_new = top > mx[r] ? top : mx[r];
           const int64_t i = i0 + r, at = bh * NQ + i;
-          if (stats && top != kNegInf && top >= bp[at]) {
-            int first = -1, count = 0;
-            for (int c = 0; c < cols; ++c) {
-              if (row[c] == top) {
-                if (first < 0) first = c;
-                ++count;
-              }
-            }
-            if (top > bp[at]) {
-              bp[at] = top;
-              ap[at] = j0 + first;
-              tp[at] = count > 1;
-            } else {
-              tp[at] = true;                           // equal to an earlier tile's largest
-            }
-          }
+          if (stats) fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
           if (m_new == kNegInf) {                    // nothing kept yet: P = 0 on this tile
             std::fill(row, row + ld, 0.0f);
             continue;
@@ -288,26 +317,9 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           }
           sum[r] += hsum(vl);
           if (stats) {
-            const int64_t pos = i + off;
-            const int64_t lo = std::max<int64_t>(j0, pos - band_w);
-            const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
-            for (int64_t j = lo; j <= hi; ++j) {
-              const float p = row[j - j0];
-              mass[2 * block_q + r] += p;
-              if (j == pos - 1) mass[r] += p;
-              if (j == pos) mass[block_q + r] += p;
-            }
-            if (has_ids) {
-              const int64_t tok = idp[i], stop = std::min<int64_t>(j1, pos);
-              float m_sum = 0.0f, d_sum = 0.0f;
-              for (int64_t j = j0; j < stop; ++j) {
-                const float p = row[j - j0];
-                m_sum += bfp[j] == tok ? p : 0.0f;
-                d_sum += idp[j] == tok ? p : 0.0f;
-              }
-              mass[3 * block_q + r] += m_sum;
-              mass[4 * block_q + r] += d_sum;
-            }
+            float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
+            for (int x = 0; x < 5; ++x) mass[x * block_q + r] += m[x];
           }
         }
         gemm_rm(false, false, rows, DV, cols, 1.0f, s.data(), ld, vh + j0 * DV, DV, 1.0f,
@@ -523,46 +535,17 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
               vm = x > vm ? x : vm;
             }
             const float top = hmax(vm);
-            if (top != kNegInf && top >= bp[at]) {
-              int first = -1, count = 0;
-              for (int c = 0; c < cols; ++c) {
-                if (row[c] == top) {
-                  if (first < 0) first = c;
-                  ++count;
-                }
-              }
-              if (top > bp[at]) {
-                bp[at] = top;
-                ap[at] = j0 + first;
-                tp[at] = count > 1;
-              } else {
-                tp[at] = true;                         // equal to an earlier tile's largest
-              }
-            }
+            fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
             if (maxima_only) continue;
             const float sh = shp[at];
             for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
-            const int64_t pos = i + off;
-            // the band around the query: previous key, the key itself, |pos - j| <= band
-            const int64_t lo = std::max<int64_t>(j0, pos - band_w);
-            const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
-            for (int64_t j = lo; j <= hi; ++j) {
-              const float p = row[j - j0];
-              lc[at] += p;
-              if (j == pos - 1) pv[at] += p;
-              if (j == pos) ow[at] += p;
-            }
-            if (has_ids) {
-              const int64_t tok = idp[i], stop = std::min<int64_t>(j1, pos);
-              float m_sum = 0.0f, d_sum = 0.0f;
-              for (int64_t j = j0; j < stop; ++j) {
-                const float p = row[j - j0];
-                m_sum += bfp[j] == tok ? p : 0.0f;
-                d_sum += idp[j] == tok ? p : 0.0f;
-              }
-              mt[at] += m_sum;
-              dp[at] += d_sum;
-            }
+            float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
+            pv[at] += m[0];
+            ow[at] += m[1];
+            lc[at] += m[2];
+            mt[at] += m[3];
+            dp[at] += m[4];
             if (!columns && !pooled && !has_rows) continue;
             const float kf = has_keep ? kpp[at] : 1.0f;
             if (columns) {

@@ -31,6 +31,7 @@ the build fails, the eager loop runs and one warning says why, once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -79,10 +80,15 @@ def setting() -> str:
 
 
 def compiler() -> str | None:
-    """The C++ compiler the build uses, or None."""
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
+    """The C++ compiler the build uses, or None (looked up once per ``$CXX`` and ``$PATH``)."""
+    return _which(os.environ.get("CXX"), os.environ.get("PATH"))
+
+
+@functools.lru_cache(maxsize=8)
+def _which(cxx: str | None, path: str | None) -> str | None:
+    for name in (cxx, "g++", "c++", "clang++"):
+        if name and shutil.which(name, path=path):
+            return shutil.which(name, path=path)
     return None
 
 
@@ -121,13 +127,19 @@ def _command(cxx: str, out: Path) -> list[str]:
 
 def library_path(cxx: str | None = None) -> Path:
     """Where the built library for this source, torch, compiler and CPU lives."""
-    cxx = cxx or compiler() or "c++"
+    return cache_dir() / f"attnlab_loop_{_key(_SOURCE, cxx or compiler() or 'c++')}.so"
+
+
+@functools.lru_cache(maxsize=8)
+def _key(source: Path, cxx: str) -> str:
+    """The library's hash, computed once per process (a small call that finds the loop not
+    built asks for it again, and must not run the compiler each time)."""
     h = hashlib.sha256()
-    for part in (_SOURCE.read_bytes(), " ".join(_FLAGS).encode(), torch.__version__.encode(),
+    for part in (source.read_bytes(), " ".join(_FLAGS).encode(), torch.__version__.encode(),
                  _compiler_version(cxx).encode(), _cpu_features().encode()):
         h.update(part)
         h.update(b"\0")
-    return cache_dir() / f"attnlab_loop_{h.hexdigest()[:16]}.so"
+    return h.hexdigest()[:16]
 
 
 def _compiler_version(cxx: str) -> str:
