@@ -182,15 +182,15 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
     exact rows, one asked twice, and rows that count) the forward then a second pass."""
     import dataclasses
 
-    from attnlab.core import _stats_passes
+    from attnlab.core import _stats_loop, _stats_passes
     from attnlab.core.stats import attention_stats
 
     pooled = 4 if extras else None
     rows = torch.tensor([0, n_q - 1, 3, 3]) if extras else None
     queries = (torch.arange(n_q) % 3 != 1) if extras else None
     second, passes = [], []
-    real_second = _stats_passes._second_pass_compiled
-    monkeypatch.setattr(_stats_passes, "_second_pass_compiled",
+    real_second = _stats_loop.second_pass
+    monkeypatch.setattr(_stats_loop, "second_pass",
                         lambda *a: second.append(1) or real_second(*a))
     real_rows = _stats_passes._second_pass_rows
     monkeypatch.setattr(_stats_passes, "_second_pass_rows",

@@ -17,7 +17,8 @@ import math
 
 import torch
 
-from attnlab.core import loop
+from attnlab.core import _stats_loop, loop
+from attnlab.core._stats_loop import cell_sizes
 from attnlab.core.tiles import Tiles, base2, key_blocks, sizes, split_lse
 
 LN2 = math.log(2.0)
@@ -60,28 +61,8 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
     v_ext = torch.cat(parts, -1)
     spec_ext = dataclasses.replace(spec, d_v=v_ext.shape[-1])
     rest = None
-    if loop.wanted(spec_ext) and row_stats is not None:     # the row statistics in this pass
-        band, ids, before = row_stats
-        left, right = spec.band
-        none_i = torch.empty(0, dtype=torch.long, device=q.device)
-        out, lse_nat, best, argmax, tied, mass = torch.ops.attnlab_loop.forward_stats(
-            loop.scaled_q(q, spec).contiguous(), k.contiguous(), v_ext.contiguous(),
-            none_i if ids is None else ids.to(q.device, torch.long),
-            none_i if before is None else before.to(q.device, torch.long), spec.kv_groups,
-            spec.offset, 1 << 60 if left is None else int(left), int(right), int(band),
-            *sizes())
-        m = lse_nat * (1.0 / LN2)
-        r = torch.where(torch.isneginf(lse_nat), float("-inf"), torch.zeros_like(lse_nat))
-        rest = {"best": best, "argmax": argmax, "tied": tied, "prev_mass": mass[0],
-                "self_mass": mass[1], "next_mass": torch.zeros_like(mass[0]),
-                "local_mass": mass[2], "match_mass": mass[3] if ids is not None else None,
-                "dup_mass": mass[4] if ids is not None else None, "received": None,
-                "pooled_mean": None, "pooled_max": None, "row_weights": None}
-    elif loop.wanted(spec_ext):            # the compiled tile loop (attnlab.core.loop)
-        out, lse_nat = loop.forward(loop.scaled_q(q, spec), k, v_ext, spec_ext, *sizes())
-        # one part, in log2 units (base2 holds where _fast does): m = lse, r = 0
-        m = lse_nat * (1.0 / LN2)
-        r = torch.where(torch.isneginf(lse_nat), float("-inf"), torch.zeros_like(lse_nat))
+    if loop.wanted(spec_ext):              # the compiled tile loop (attnlab.core.loop)
+        out, m, r, rest = _stats_loop.first_pass(q, k, v_ext, spec, spec_ext, row_stats)
     else:
         out, m, r = tile_forward(q, k, v_ext, spec_ext, None)
     unit = LN2 if base2(spec) else 1.0
@@ -109,11 +90,11 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
     the tiles: the largest weight and its key (a max of the scores), the previous-token and
     local mass on the tiles the band reaches, prefix matching (with ids), and what
     :func:`_second_pass` adds (column sums, pooled maps, rows) where asked. Runs on the compiled
-    loop where it is built (:func:`_second_pass_compiled`); ``maxima_only``: the caller reads
-    only the maxima (the compiled pass then skips the rest)."""
+    loop where it is built (:func:`attnlab.core._stats_loop.second_pass`); ``maxima_only``: the
+    caller reads only the maxima (the compiled pass then skips the rest)."""
     if q_s.dtype == torch.float32 and loop.wanted(spec):
-        return _second_pass_compiled(q_s, k, spec, m_u, r_u, band, ids, before, columns,
-                                     pooled, rows, keep, maxima_only)
+        return _stats_loop.second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns,
+                                       pooled, rows, keep, maxima_only)
     n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
     dev, dt = q_s.device, m_u.dtype
     block_q, block_k = sizes()
@@ -160,50 +141,6 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
             "next_mass": torch.zeros_like(prev), "local_mass": local, "match_mass": match,
             "dup_mass": dup,
             **extra.result()}
-
-
-def _second_pass_compiled(q_s, k, spec, m_u, r_u, band, ids, before, columns, pooled, rows,
-                          keep, maxima_only) -> dict:
-    """:func:`_second_pass_rows` on the compiled loop (``stats_pass`` of ``_loop.cpp``): the
-    same quantities, one C++ task per head."""
-    n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
-    dev, dt = q_s.device, q_s.dtype
-    none_f = torch.empty(0, dtype=dt, device=dev)
-    none_i = torch.empty(0, dtype=torch.long, device=dev)
-    left, right = spec.band if spec.band is not None else (None, None)
-    big = 1 << 60
-    cq = ck = gq = gk = 0
-    if pooled is not None:
-        cq, ck = -(-n_q // pooled), -(-n_k // pooled)
-        gq, gk = -(-n_q // cq), -(-n_k // ck)
-    slot, inverse, n_rows = none_i, None, 0
-    if rows is not None:
-        unique, inverse = rows.to(dev).unique(return_inverse=True)     # a row asked twice
-        slot = torch.full((n_q,), -1, dtype=torch.long, device=dev)
-        slot[unique] = torch.arange(unique.numel(), device=dev)
-        n_rows = unique.numel()
-    keep_f = none_f if keep is None else keep.to(dt).expand(n_bh, n_q).contiguous()
-    block_q, block_k = sizes()
-    (best, argmax, tied, prev, own, local, match, dup, received, p_sum, p_max,
-     row_w) = torch.ops.attnlab_loop.stats_pass(
-        q_s.contiguous(), k.contiguous(), (m_u + r_u).to(dt).contiguous(),
-        none_i if ids is None else ids.to(dev, torch.long),
-        none_i if before is None else before.to(dev, torch.long), keep_f, slot, n_rows,
-        spec.kv_groups, spec.offset, big if left is None else int(left),
-        big if right is None else int(right), int(band), bool(columns), cq, ck, gq, gk,
-        block_q, block_k, bool(maxima_only))
-    out = {"best": best, "argmax": argmax, "tied": tied, "prev_mass": prev, "self_mass": own,
-           "next_mass": torch.zeros_like(prev), "local_mass": local,
-           "match_mass": match if ids is not None else None,
-           "dup_mass": dup if ids is not None else None,
-           "received": received if columns else None, "pooled_mean": None, "pooled_max": None,
-           "row_weights": row_w[:, inverse] if rows is not None else None}
-    if pooled is not None:
-        area = (_cell_sizes(n_q, cq, gq, dev, dt)[:, None]
-                * _cell_sizes(n_k, ck, gk, dev, dt)[None, :])
-        out["pooled_mean"] = (p_sum / area.reshape(-1)).reshape(n_bh, gq, gk)
-        out["pooled_max"] = p_max.reshape(n_bh, gq, gk)
-    return out
 
 
 def _prefix_match(before, ids, pos, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
@@ -266,8 +203,8 @@ class _Extra:
         out = {"received": self.received, "pooled_mean": None, "pooled_max": None,
                "row_weights": None}
         if self.pooled is not None:
-            area = (_cell_sizes(self.n_q, self.cq, self.gq, self.dev, self.dt)[:, None]
-                    * _cell_sizes(self.n_k, self.ck, self.gk, self.dev, self.dt)[None, :])
+            area = (cell_sizes(self.n_q, self.cq, self.gq, self.dev, self.dt)[:, None]
+                    * cell_sizes(self.n_k, self.ck, self.gk, self.dev, self.dt)[None, :])
             n_bh = self.p_sum.shape[0]
             out["pooled_mean"] = (self.p_sum / area.reshape(-1)).reshape(n_bh, self.gq, self.gk)
             out["pooled_max"] = self.p_max.reshape(n_bh, self.gq, self.gk)
@@ -491,8 +428,3 @@ def _pool_tile(p, i0, i1, j0, j1, cq, ck, gk, p_sum, p_max) -> None:
     p_max.scatter_reduce_(1, index, flat, "amax")
 
 
-def _cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:
-    """How many of the n positions fall in each of the grid's cells (the last may be short)."""
-    sizes = torch.full((grid,), cell, dtype=dt, device=dev)
-    sizes[-1] = n - cell * (grid - 1)
-    return sizes

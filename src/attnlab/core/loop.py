@@ -233,7 +233,9 @@ def wanted(spec) -> bool:
     return _load(build_if_missing=mode == "1" or spec.entries >= MIN_BUILD_ENTRIES)
 
 
-def _band_args(spec) -> tuple[int, int, int]:
+def band_args(spec) -> tuple[int, int, int]:
+    """``(offset, left, right)`` of the call's band as the loop takes them (an absent side
+    as a number larger than any position)."""
     left, right = spec.band if spec.band is not None else (None, None)
     return (spec.offset, _UNBOUNDED if left is None else int(left),
             _UNBOUNDED if right is None else int(right))
@@ -247,7 +249,7 @@ def scaled_q(q: torch.Tensor, spec) -> torch.Tensor:
 def forward(q_s, k, v, spec, block_q: int, block_k: int):
     """``(out (BH, N_q, D_v), lse (BH, N_q))``, lse in natural units. ``q_s`` from
     :func:`scaled_q`; k, v ``(BKV, N_k, ·)``; float32."""
-    off, left, right = _band_args(spec)
+    off, left, right = band_args(spec)
     out, lse = torch.ops.attnlab_loop.forward(
         q_s, k, v, spec.kv_groups, off, left, right, float(spec.softcap or 0.0), block_q,
         block_k)
@@ -259,7 +261,7 @@ def backward(q_s, q, k, v, out, lse, d_out, d_lse, spec, block_q: int, block_k: 
     delta = torch.einsum("bnd,bnd->bn", d_out, out)
     if d_lse is not None:
         delta = delta - d_lse
-    off, left, right = _band_args(spec)
+    off, left, right = band_args(spec)
     dq, dk, dv = torch.ops.attnlab_loop.backward(
         q_s, q, k, v, lse, d_out, delta, spec.kv_groups, off, left, right,
         float(spec.softcap or 0.0), block_q, block_k)
