@@ -12,6 +12,11 @@
 //
 // Softcap c: s = c * tanh(s_nat / c) on the natural score, then times log2 e; the backward
 // multiplies dS by 1 - tanh^2.
+//
+// Diagonal bias (attnlab/core/diagonal.py): a score modifier or mask function that depends on
+// positions only through j - i comes as one value per diagonal and query head, diag (BH,
+// N_q + N_k - 1) in log2 units, entry (j - i) + N_q - 1 added to score (i, j) after the
+// softcap; -inf masks. The backward returns its gradient, dS summed along each diagonal.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -101,11 +106,20 @@ struct Band {
   inline int64_t hi(int64_t i) const { return std::min<int64_t>(n_k, i + off + right + 1); }
 };
 
+// Adds x[c] to y[c] for c < n.
+inline void add_to(float* y, const float* x, int n) {
+  int c = 0;
+  for (; c + W <= n; c += W) store(y + c, load(y + c) + load(x + c));
+  for (; c < n; ++c) y[c] += x[c];
+}
+
 // Scores of one tile (rows x cols, row stride ld, a multiple of W), in place: the softcap
-// (natural units in, log2 units out; tanh kept for the backward), the band's -inf outside
-// [lo, hi) of each row, and -inf in the padding columns cols .. ld - 1.
+// (natural units in, log2 units out; tanh kept for the backward), the diagonal bias (dg[j - i]
+// for score (i, j), or none), the band's -inf outside [lo, hi) of each row, and -inf in the
+// padding columns cols .. ld - 1.
 inline void finish_scores(float* s, int rows, int cols, int ld, int64_t i0, int64_t j0,
-                          const Band& band, bool partial, float cap, float* tanh_out) {
+                          const Band& band, bool partial, float cap, float* tanh_out,
+                          const float* dg) {
   if (cap > 0.0f) {
     const float inv = 1.0f / cap, out_scale = cap * kLog2e;
     for (int r = 0; r < rows; ++r) {
@@ -120,6 +134,10 @@ inline void finish_scores(float* s, int rows, int cols, int ld, int64_t i0, int6
         if (tanh_out) store(tanh_out + static_cast<int64_t>(r) * ld + c, t);
       }
     }
+  }
+  if (dg != nullptr) {
+    for (int r = 0; r < rows; ++r) add_to(s + static_cast<int64_t>(r) * ld, dg + (j0 - i0 - r),
+                                          cols);
   }
   for (int r = 0; r < rows; ++r) {
     float* row = s + static_cast<int64_t>(r) * ld;
@@ -202,7 +220,8 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
                                             int64_t groups, int64_t off, int64_t left,
                                             int64_t right, double cap, int64_t block_q,
                                             int64_t block_k, bool stats, at::Tensor ids,
-                                            at::Tensor before, int64_t band_w) {
+                                            at::Tensor before, int64_t band_w,
+                                            at::Tensor diag) {
   TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat &&
               v.dtype() == at::kFloat, "the compiled tile loop takes float32");
   q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
@@ -221,6 +240,21 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   if (has_ids) { ids = ids.contiguous(); before = before.contiguous(); }
   const int64_t* idp = has_ids ? ids.data_ptr<int64_t>() : nullptr;
   const int64_t* bfp = has_ids ? before.data_ptr<int64_t>() : nullptr;
+  const bool has_diag = diag.numel() > 0;
+  if (has_diag) {
+    diag = diag.contiguous();
+    TORCH_CHECK(diag.dtype() == at::kFloat && diag.dim() == 2 && diag.size(0) == BH &&
+                diag.size(1) == NQ + NK - 1, "diag must be float32 (BH, N_q + N_k - 1)");
+  }
+  const float* dgp = has_diag ? diag.data_ptr<float>() : nullptr;
+  // max |finite diag| per query head: widens the bound of rows that need no shift
+  std::vector<float> dmax(BH, 0.0f);
+  for (int64_t h = 0; has_diag && h < BH; ++h) {
+    for (int64_t t = 0; t < NQ + NK - 1; ++t) {
+      const float x = std::fabs(dgp[h * (NQ + NK - 1) + t]);
+      if (std::isfinite(x)) dmax[h] = std::max(dmax[h], x);
+    }
+  }
   const int64_t n_st = stats ? BH : 0;
   auto best = at::full({n_st, NQ}, kNegInf, q.options());
   auto argmax = at::full({n_st, NQ}, -1, q.options().dtype(at::kLong));
@@ -265,6 +299,7 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           for (int d = 0; d < DK; ++d) n2 += qr[d] * qr[d];
           bound = std::sqrt(n2) * kmax[bh / groups];
         }
+        bound += dmax[bh];
         fixed[r] = !stats && bound <= 64.0f;
         mx[r] = fixed[r] ? 0.0f : kNegInf;
       }
@@ -275,7 +310,8 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
         if (kind == 0) continue;
         const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
         gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(), ld);
-        finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap, nullptr);
+        finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap, nullptr,
+                      has_diag ? dgp + bh * (NQ + NK - 1) + NQ - 1 : nullptr);
         for (int r = 0; r < rows; ++r) {
           float* row = s.data() + static_cast<int64_t>(r) * ld;
           if (fixed[r]) {                            // no shift: 2^s summed as it comes
@@ -347,11 +383,11 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   return {out, lse, best, argmax, tied, masses};
 }
 
-std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, int64_t groups,
-                                int64_t off, int64_t left, int64_t right, double cap,
-                                int64_t block_q, int64_t block_k) {
+std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor diag,
+                                int64_t groups, int64_t off, int64_t left, int64_t right,
+                                double cap, int64_t block_q, int64_t block_k) {
   return forward_impl(q, k, v, groups, off, left, right, cap, block_q, block_k, false,
-                      at::Tensor(), at::Tensor(), 0);
+                      at::Tensor(), at::Tensor(), 0, diag);
 }
 
 std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ids,
@@ -359,23 +395,30 @@ std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, 
                                       int64_t left, int64_t right, int64_t band_w,
                                       int64_t block_q, int64_t block_k) {
   return forward_impl(q, k, v, groups, off, left, right, 0.0, block_q, block_k, true, ids,
-                      before, band_w);
+                      before, band_w, at::Tensor());
 }
 
 // (dq, dk, dv) of the forward above, unscaled by the score scale c (the caller multiplies dq
 // and dk by it). q as in the forward (times scale, natural when cap > 0); q_raw the unscaled
 // q (for dk); lse natural; delta = rowsum(dO * O) - dlse. One task per K/V head: it owns its
-// dk and dv and walks the G query heads that read it.
+// dk and dv (and the diagonal bias's gradient of those heads, with diag_grad) and walks the
+// G query heads that read it.
 std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
-                                    at::Tensor v, at::Tensor lse, at::Tensor d_out,
-                                    at::Tensor delta, int64_t groups, int64_t off,
-                                    int64_t left, int64_t right, double cap, int64_t block_q,
-                                    int64_t block_k) {
+                                    at::Tensor v, at::Tensor diag, at::Tensor lse,
+                                    at::Tensor d_out, at::Tensor delta, int64_t groups,
+                                    int64_t off, int64_t left, int64_t right, double cap,
+                                    int64_t block_q, int64_t block_k, bool diag_grad) {
   q = q.contiguous(); q_raw = q_raw.contiguous(); k = k.contiguous(); v = v.contiguous();
   lse = lse.contiguous(); d_out = d_out.contiguous(); delta = delta.contiguous();
   const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1), DV = v.size(2);
   const int64_t BKV = k.size(0);
   auto dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  const bool has_diag = diag.numel() > 0;
+  if (has_diag) diag = diag.contiguous();
+  const int64_t L = NQ + NK - 1;
+  auto ddiag = at::zeros({has_diag && diag_grad ? BH : 0, L}, q.options());
+  const float* dgp = has_diag ? diag.data_ptr<float>() : nullptr;
+  float* ddp = has_diag && diag_grad ? ddiag.data_ptr<float>() : nullptr;
   const Band band{off, left, right, NK};
   const float fcap = static_cast<float>(cap);
   const float* qp = q.data_ptr<float>();
@@ -417,7 +460,8 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
             gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, p.data(),
                     ld);
             finish_scores(p.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap,
-                          fcap > 0.0f ? th.data() : nullptr);
+                          fcap > 0.0f ? th.data() : nullptr,
+                          has_diag ? dgp + bh * L + NQ - 1 : nullptr);
             for (int r = 0; r < rows; ++r) {            // P = 2^(S - lse log2 e), 0 if masked
               float* row = p.data() + static_cast<int64_t>(r) * ld;
               const float sh = shift[r];
@@ -433,11 +477,16 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
               float* ds = dp.data() + static_cast<int64_t>(r) * ld;
               const float* pr = p.data() + static_cast<int64_t>(r) * ld;
               const float dl = dlp[bh * NQ + i0 + r];
-              if (fcap > 0.0f) {
-                const float* t = th.data() + static_cast<int64_t>(r) * ld;
-                for (int c = 0; c < ld; c += W) {
-                  const vf tv = load(t + c);
-                  store(ds + c, load(pr + c) * (load(ds + c) - dl) * (1.0f - tv * tv));
+              if (fcap > 0.0f || ddp != nullptr) {
+                // the diagonal's gradient is dS after the cap, before its 1 - t^2
+                for (int c = 0; c < ld; c += W) store(ds + c, load(pr + c) * (load(ds + c) - dl));
+                if (ddp != nullptr) add_to(ddp + bh * L + NQ - 1 + (j0 - i0 - r), ds, cols);
+                if (fcap > 0.0f) {
+                  const float* t = th.data() + static_cast<int64_t>(r) * ld;
+                  for (int c = 0; c < ld; c += W) {
+                    const vf tv = load(t + c);
+                    store(ds + c, load(ds + c) * (1.0f - tv * tv));
+                  }
                 }
               } else {
                 for (int c = 0; c < ld; c += W)
@@ -454,7 +503,7 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
       }
     }
   });
-  return {dq, dk, dv};
+  return {dq, dk, dv, ddiag};
 }
 
 // The census's second pass (attnlab/core/_stats_passes.py, _second_pass_rows) once every row's
@@ -525,7 +574,8 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
           const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
           gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(),
                   ld);
-          finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, 0.0f, nullptr);
+          finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, 0.0f, nullptr,
+                        nullptr);
           for (int r = 0; r < rows; ++r) {
             const int64_t i = i0 + r, at = bh * NQ + i;
             float* row = s.data() + static_cast<int64_t>(r) * ld;
@@ -575,11 +625,11 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
 }
 
 TORCH_LIBRARY(attnlab_loop, m) {
-  m.def("forward(Tensor q, Tensor k, Tensor v, int groups, int off, int left, int right, "
-        "float cap, int block_q, int block_k) -> Tensor[]", &forward);
-  m.def("backward(Tensor q, Tensor q_raw, Tensor k, Tensor v, Tensor lse, Tensor d_out, "
-        "Tensor delta, int groups, int off, int left, int right, float cap, int block_q, "
-        "int block_k) -> Tensor[]", &backward);
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor diag, int groups, int off, int left, "
+        "int right, float cap, int block_q, int block_k) -> Tensor[]", &forward);
+  m.def("backward(Tensor q, Tensor q_raw, Tensor k, Tensor v, Tensor diag, Tensor lse, "
+        "Tensor d_out, Tensor delta, int groups, int off, int left, int right, float cap, "
+        "int block_q, int block_k, bool diag_grad) -> Tensor[]", &backward);
   m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor ids, Tensor before, int groups, "
         "int off, int left, int right, int band, int block_q, int block_k) -> Tensor[]",
         &forward_stats);

@@ -13,7 +13,9 @@ the work; inductor's own cache keeps the compiled code across processes. ``ATTNL
 turns it off, ``=1`` uses it for every size (the tests), and where no C++ compiler is found,
 or the function cannot be compiled, the eager path runs and one warning says so, once.
 
-Only the forward and the statistics use it. The backward recomputes the modifier under autograd
+A modifier that sees positions only through ``q_idx - kv_idx`` (ALiBi) does not come here on
+the tiled backend: the compiled tile loop adds it per diagonal (:mod:`attnlab.core.diagonal`).
+Only the eager loop's forward and the statistics use this module. The backward recomputes the modifier under autograd
 (:class:`attnlab.core.score_mod.TileGrad`) so that gradients reach the tensors it captures.
 """
 

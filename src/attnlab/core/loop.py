@@ -11,9 +11,11 @@ online softmax, ``P = exp2(S - lse log2 e)`` recomputed in the backward with
 ``D = rowsum(dO * O) - dlse``.
 
 What it takes (:func:`wanted`): float32 compute (float16 and bfloat16 inputs are computed in
-float32, as the eager loop does), CPU, the causal or window band or none, a softcap; no tensor
-mask, mask function, ``score_mod`` or dropout. Those calls, float64, and the statistics' passes
-run the eager loop, which stays the reference the compiled one is tested against.
+float32, as the eager loop does), CPU, the causal or window band or none, a softcap, and a
+``score_mod`` or mask function that sees positions only through ``q_idx - kv_idx``
+(:mod:`attnlab.core.diagonal`: ALiBi, relative biases, sliding windows; such a mask function
+becomes the band where it keeps one run of diagonals). Tensor masks, other modifiers, dropout
+and float64 run the eager loop, which stays the reference the compiled one is tested against.
 
 Build. ``python -m attnlab.core.loop`` (run by ``make install``) compiles ``_loop.cpp`` with the
 system's C++ compiler (``$CXX``, else g++, c++ or clang++) for this machine (``-march=native``)
@@ -45,6 +47,9 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from attnlab.core import diagonal
+from attnlab.core.tiles import LOG2E
 
 ENV = "ATTNLAB_LOOP"
 # In "auto", a call this large builds the loop when it is not yet built (the build costs
@@ -215,18 +220,25 @@ def available(build_if_missing: bool = True) -> bool:
     return _load(build_if_missing)
 
 
-def takes(spec) -> bool:
-    """Whether the call ``spec`` describes is one the compiled loop computes."""
+def takes(spec, modifiers: bool = False) -> bool:
+    """Whether the call ``spec`` describes is one the compiled loop computes; with
+    ``modifiers``, a ``score_mod`` and a mask function of ``q_idx - kv_idx`` are taken too (see
+    :func:`modifiers`), else neither is."""
     compute = torch.float32 if spec.dtype in (torch.float16, torch.bfloat16) else spec.dtype
-    return (spec.device.type == "cpu" and compute == torch.float32 and spec.mask is None
-            and spec.mask_fn is None and spec.score_mod is None and spec.dropout_p == 0
-            and spec.n_q > 0 and spec.n_k > 0)
+    if not (spec.device.type == "cpu" and compute == torch.float32 and spec.mask is None
+            and spec.dropout_p == 0 and spec.n_q > 0 and spec.n_k > 0):
+        return False
+    if spec.score_mod is None and spec.mask_fn is None:
+        return True
+    return modifiers and (
+        (spec.score_mod is None or diagonal.score_mod_is_diagonal(spec.score_mod))
+        and (spec.mask_fn is None or diagonal.mask_fn_is_diagonal(spec.mask_fn)))
 
 
-def wanted(spec) -> bool:
-    """Whether this call runs the compiled loop (see the module docstring)."""
+def wanted(spec, modifiers: bool = False) -> bool:
+    """Whether this call runs the compiled loop (see the module docstring and :func:`takes`)."""
     mode = setting()
-    if mode == "0" or not takes(spec):
+    if mode == "0" or not takes(spec, modifiers):
         return False
     if _state["loaded"]:
         return True
@@ -241,32 +253,61 @@ def band_args(spec) -> tuple[int, int, int]:
             _UNBOUNDED if right is None else int(right))
 
 
+def modifiers(spec, n_bh: int) -> tuple[torch.Tensor | None, tuple[int, int, int]]:
+    """The call's ``score_mod`` and mask function as the loop takes them: ``(bias, band)``,
+    bias ``(n_bh, N_q + N_k - 1)`` per diagonal ``kv_idx - q_idx + N_q - 1`` in natural units
+    (None without either; under autograd, so its gradient reaches the tensors ``score_mod``
+    captures), band as :func:`band_args`, narrowed to the diagonals a mask function keeps where
+    they are one run for every head, else the mask is -inf in the bias."""
+    off, left, right = band_args(spec)
+    bias = diagonal.score_bias(spec, n_bh) if spec.score_mod is not None else None
+    if spec.mask_fn is not None:
+        keep = diagonal.mask_keep(spec)
+        span = diagonal.interval(keep)
+        if span is not None:                  # kv_idx - q_idx in [lo, hi]: a band
+            lo = max(off - left, span[0] - (spec.n_q - 1))
+            hi = min(off + right, span[1] - (spec.n_q - 1))
+            left, right = off - lo, hi - off
+        else:
+            masked = torch.zeros(keep.shape, device=keep.device).masked_fill_(~keep, -torch.inf)
+            bias = masked if bias is None else bias + masked
+    return bias, (off, left, right)
+
+
 def scaled_q(q: torch.Tensor, spec) -> torch.Tensor:
     """q as the loop reads it: times the score scale, and log2 e without a softcap."""
-    return q * (spec.score_scale * (1.0 if spec.softcap is not None else 1.4426950408889634))
+    return q * (spec.score_scale * (1.0 if spec.softcap is not None else LOG2E))
 
 
-def forward(q_s, k, v, spec, block_q: int, block_k: int):
+_NONE = torch.empty(0)
+
+
+def forward(q_s, k, v, spec, block_q: int, block_k: int, diag: torch.Tensor | None = None,
+            band: tuple[int, int, int] | None = None):
     """``(out (BH, N_q, D_v), lse (BH, N_q))``, lse in natural units. ``q_s`` from
-    :func:`scaled_q`; k, v ``(BKV, N_k, ·)``; float32."""
-    off, left, right = band_args(spec)
+    :func:`scaled_q`; k, v ``(BKV, N_k, ·)``; float32. ``diag``: the per-diagonal bias in log2
+    units; ``band``: ``(offset, left, right)`` where not the call's."""
+    off, left, right = band if band is not None else band_args(spec)
     out, lse = torch.ops.attnlab_loop.forward(
-        q_s, k, v, spec.kv_groups, off, left, right, float(spec.softcap or 0.0), block_q,
-        block_k)
+        q_s, k, v, _NONE if diag is None else diag, spec.kv_groups, off, left, right,
+        float(spec.softcap or 0.0), block_q, block_k)
     return out, lse
 
 
-def backward(q_s, q, k, v, out, lse, d_out, d_lse, spec, block_q: int, block_k: int):
-    """``(dq, dk, dv)`` of :func:`forward`'s call."""
+def backward(q_s, q, k, v, out, lse, d_out, d_lse, spec, block_q: int, block_k: int,
+             diag: torch.Tensor | None = None, band: tuple[int, int, int] | None = None,
+             diag_grad: bool = False):
+    """``(dq, dk, dv, d diag)`` of :func:`forward`'s call; d diag is the gradient of the bias
+    in natural units (empty unless ``diag_grad``)."""
     delta = torch.einsum("bnd,bnd->bn", d_out, out)
     if d_lse is not None:
         delta = delta - d_lse
-    off, left, right = band_args(spec)
-    dq, dk, dv = torch.ops.attnlab_loop.backward(
-        q_s, q, k, v, lse, d_out, delta, spec.kv_groups, off, left, right,
-        float(spec.softcap or 0.0), block_q, block_k)
+    off, left, right = band if band is not None else band_args(spec)
+    dq, dk, dv, d_diag = torch.ops.attnlab_loop.backward(
+        q_s, q, k, v, _NONE if diag is None else diag, lse, d_out, delta, spec.kv_groups, off,
+        left, right, float(spec.softcap or 0.0), block_q, block_k, diag_grad)
     c = spec.score_scale
-    return dq.mul_(c), dk.mul_(c), dv
+    return dq.mul_(c), dk.mul_(c), dv, d_diag
 
 
 # Tiles of a finite band (a window): smaller tiles waste fewer scores outside it (measured at
@@ -276,23 +317,27 @@ BAND_TILES = (128, 128)
 
 class Attention(torch.autograd.Function):
     """``(out, lse)`` of one call on the compiled loop, with its backward; q ``(BH, N_q, D_k)``,
-    k ``(BKV, N_k, D_k)``, v ``(BKV, N_k, D_v)``, float32."""
+    k ``(BKV, N_k, D_k)``, v ``(BKV, N_k, D_v)``, float32; ``bias`` and ``band`` from
+    :func:`modifiers` (None: no bias, the call's band)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, spec, block_q: int, block_k: int):
+    def forward(ctx, q, k, v, spec, block_q: int, block_k: int, bias=None, band=None):
         """``(out, lse)``; q, k, v saved with the output and lse for the backward."""
-        out, lse = forward(scaled_q(q, spec), k, v, spec, block_q, block_k)
-        ctx.spec, ctx.sizes = spec, (block_q, block_k)
-        ctx.save_for_backward(q, k, v, out, lse)
+        diag = None if bias is None else (bias.detach().float() * LOG2E).contiguous()
+        out, lse = forward(scaled_q(q, spec), k, v, spec, block_q, block_k, diag, band)
+        ctx.spec, ctx.sizes, ctx.band = spec, (block_q, block_k), band
+        ctx.save_for_backward(q, k, v, out, lse, diag)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        """``(dq, dk, dv)`` with every tile's probabilities recomputed from lse."""
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = backward(scaled_q(q, ctx.spec), q, k, v, out, lse, d_out.contiguous(),
-                              d_lse, ctx.spec, *ctx.sizes)
-        return dq, dk, dv, None, None, None
+        """``(dq, dk, dv, d bias)`` with every tile's probabilities recomputed from lse."""
+        q, k, v, out, lse, diag = ctx.saved_tensors
+        diag_grad = diag is not None and ctx.needs_input_grad[6]
+        dq, dk, dv, d_diag = backward(scaled_q(q, ctx.spec), q, k, v, out, lse,
+                                      d_out.contiguous(), d_lse, ctx.spec, *ctx.sizes, diag,
+                                      ctx.band, diag_grad)
+        return dq, dk, dv, None, None, None, d_diag if diag_grad else None, None
 
 
 def report() -> dict:

@@ -29,9 +29,10 @@ huge, and ``m + r`` would lose ``r`` and make P too large by the row's length. T
 the tile). Fully masked rows have ``lse = -inf`` and P = 0. The gradient of a float mask is
 each tile's dS summed over the mask's broadcast dims (T5's learned position bias trains here).
 
-Calls with no tensor mask, mask function, score_mod or dropout, in float32 compute, run the same
-loop compiled as a whole (:mod:`attnlab.core.loop`) where it is built; this module's loop is
-then the reference it is tested against.
+Calls with no tensor mask or dropout, in float32 compute, and no modifier or only ones that see
+positions through ``q_idx - kv_idx`` (:mod:`attnlab.core.diagonal`), run the same loop compiled
+as a whole (:mod:`attnlab.core.loop`) where it is built; this module's loop is then the
+reference it is tested against.
 
 bfloat16 and float16 inputs are computed in float32 tile by tile, as flash kernels accumulate.
 Differs from the reference only in the order of floating-point operations.
@@ -278,8 +279,10 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(n_kv, spec.n_k, spec.d_v).to(compute)
     bias = spec.float_bias()
     trained = bias if bias is not None and bias.requires_grad else None
-    if loop.wanted(spec):                     # the same loop, compiled (attnlab.core.loop)
-        out, lse = loop.Attention.apply(qf, kf, vf, spec, *_compiled_sizes(spec))
+    if loop.wanted(spec, modifiers=True):     # the same loop, compiled (attnlab.core.loop)
+        mod_bias, band = loop.modifiers(spec, n_bh)
+        out, lse = loop.Attention.apply(qf, kf, vf, spec, *_compiled_sizes(spec, band),
+                                        mod_bias, band)
     else:
         out, lse = _TiledAttention.apply(qf, kf, vf, trained, spec, *spec.captured)
     out = out.to(q.dtype).view(*spec.batch_shape, spec.n_q, spec.d_v)
@@ -292,10 +295,13 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return AttentionOutput(out=out, lse=lse)
 
 
-def _compiled_sizes(spec: AttentionSpec) -> tuple[int, int]:
+def _compiled_sizes(spec: AttentionSpec, band: tuple[int, int, int]) -> tuple[int, int]:
     """The compiled loop's tiles: those of an enclosing :func:`tile_sizes`, else the defaults,
-    or :data:`attnlab.core.loop.BAND_TILES` for a window finite on both sides."""
-    if tiles_overridden() or spec.band is None or None in spec.band:
+    or :data:`attnlab.core.loop.BAND_TILES` for a window that reaches across the keys on
+    neither side (``band`` as :func:`attnlab.core.loop.band_args`: a mask function may have
+    narrowed the call's)."""
+    _, left, right = band
+    if tiles_overridden() or max(left, right) >= spec.n_k - 1:
         return sizes()
     return loop.BAND_TILES
 
