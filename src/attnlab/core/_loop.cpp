@@ -211,17 +211,21 @@ inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int6
 // out (BH, N_q, D_v), lse (BH, N_q) natural units.
 // q (BH, N_q, D_k) already times scale (natural units when cap > 0, else times log2 e);
 // k (BKV, N_k, D_k), v (BKV, N_k, D_v); query head bh reads K/V head bh / groups.
-// With `stats`, the census's row statistics in the same loop (see stats_pass below for what
-// each is): the largest score (log2 units), its first key and ties, and the masses on the
-// previous key, the key itself, the keys within band_w, prefix matches and duplicates (with
-// ids), each accumulated unnormalized with the online softmax's rescaling and divided by the
-// row's sum at the end. Every row then takes the shifted path (the maximum is a statistic).
+// With `stats`, the census's row statistics in the same loop, each accumulated unnormalized
+// with the online softmax's rescaling and divided by the row's sum at the end: the entropy
+// (from A = sum p (s - m), rescaled as A' = alpha (A + (m - m') S) when the shift moves from m
+// to m', so H = log2 S - A / S in log2 units with no cancellation against m), the mean key
+// position and the mass on keys [sink_start, sink_start + sink_count); with `masses` also
+// (see stats_pass below for what each is) the largest score (log2 units), its first key and
+// ties, and the masses on the previous key, the key itself, the keys within band_w, prefix
+// matches and duplicates (with ids). Every row then takes the shifted path.
 static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tensor v,
                                             int64_t groups, int64_t off, int64_t left,
                                             int64_t right, double cap, int64_t block_q,
                                             int64_t block_k, bool stats, at::Tensor ids,
                                             at::Tensor before, int64_t band_w,
-                                            at::Tensor diag) {
+                                            at::Tensor diag, int64_t sink_start,
+                                            int64_t sink_count, bool with_masses) {
   TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat &&
               v.dtype() == at::kFloat, "the compiled tile loop takes float32");
   q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
@@ -236,7 +240,8 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   float* op = out.data_ptr<float>();
   float* lp = lse.data_ptr<float>();
   const float fcap = static_cast<float>(cap);
-  const bool has_ids = stats && ids.numel() > 0;
+  const bool has_ids = stats && with_masses && ids.numel() > 0;
+  constexpr int NS = 8;          // prev, self, local, match, dup masses; A; sum p j; sink mass
   if (has_ids) { ids = ids.contiguous(); before = before.contiguous(); }
   const int64_t* idp = has_ids ? ids.data_ptr<int64_t>() : nullptr;
   const int64_t* bfp = has_ids ? before.data_ptr<int64_t>() : nullptr;
@@ -259,7 +264,7 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   auto best = at::full({n_st, NQ}, kNegInf, q.options());
   auto argmax = at::full({n_st, NQ}, -1, q.options().dtype(at::kLong));
   auto tied = at::zeros({n_st, NQ}, q.options().dtype(at::kBool));
-  auto masses = at::zeros({5, n_st, NQ}, q.options());     // prev, self, local, match, dup
+  auto masses = at::zeros({NS, n_st, NQ}, q.options());
   float* bp = best.data_ptr<float>();
   int64_t* ap = argmax.data_ptr<int64_t>();
   bool* tp = tied.data_ptr<bool>();
@@ -278,7 +283,9 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(block_q * ldk), acc(block_q * DV), mx(block_q), sum(block_q);
     std::vector<char> fixed(block_q);
-    std::vector<float> mass(stats ? 5 * block_q : 0);
+    std::vector<float> mass(stats ? NS * block_q : 0);
+    vf iota;
+    for (int x = 0; x < W; ++x) iota[x] = static_cast<float>(x);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / nqb, i0 = (t % nqb) * block_q, i1 = std::min(NQ, i0 + block_q);
       const int rows = static_cast<int>(i1 - i0);
@@ -332,34 +339,60 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           const float top = hmax(vm);
           const float m_new = top > mx[r] ? top : mx[r];
           const int64_t i = i0 + r, at = bh * NQ + i;
-          if (stats) fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
+          if (stats && with_masses) fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
           if (m_new == kNegInf) {                    // nothing kept yet: P = 0 on this tile
             std::fill(row, row + ld, 0.0f);
             continue;
           }
-          vf vl = vf{};
-          for (int c = 0; c < ld; c += W) {
-            const vf p = exp2v(load(row + c) - m_new);
-            store(row + c, p);
-            vl += p;
+          vf vl = vf{}, va = vf{}, vj = vf{};
+          if (stats) {
+            for (int c = 0; c < ld; c += W) {
+              vf x = load(row + c) - m_new;
+              const vf p = exp2v(x);
+              store(row + c, p);
+              vl += p;
+              x = x < -200.0f ? splat(-200.0f) : x;   // p = 0 there: no -inf * 0
+              va += p * x;
+              vj += p * (iota + static_cast<float>(c));
+            }
+          } else {
+            for (int c = 0; c < ld; c += W) {
+              const vf p = exp2v(load(row + c) - m_new);
+              store(row + c, p);
+              vl += p;
+            }
           }
           if (m_new > mx[r]) {
             const float alpha = mx[r] == kNegInf ? 0.0f : exp2s(mx[r] - m_new);
             float* a = acc.data() + static_cast<int64_t>(r) * DV;
             for (int d = 0; d < DV; ++d) a[d] *= alpha;
+            if (stats) {
+              float& A = mass[5 * block_q + r];
+              A = mx[r] == kNegInf ? 0.0f : alpha * (A + (mx[r] - m_new) * sum[r]);
+              for (int x = 0; x < NS; ++x) if (x != 5) mass[x * block_q + r] *= alpha;
+            }
             sum[r] *= alpha;
-            if (stats) for (int x = 0; x < 5; ++x) mass[x * block_q + r] *= alpha;
             mx[r] = m_new;
           }
-          sum[r] += hsum(vl);
+          const float tile_sum = hsum(vl);
+          sum[r] += tile_sum;
           if (stats) {
+            mass[5 * block_q + r] += hsum(va);
+            mass[6 * block_q + r] += hsum(vj) + static_cast<float>(j0) * tile_sum;
+            const int64_t s_lo = std::max(j0, sink_start);
+            const int64_t s_hi = std::min(j1, sink_start + sink_count);
+            for (int64_t j = s_lo; j < s_hi; ++j) mass[7 * block_q + r] += row[j - j0];
+          }
+          if (stats && with_masses) {
             float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
             add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
             for (int x = 0; x < 5; ++x) mass[x * block_q + r] += m[x];
           }
         }
-        gemm_rm(false, false, rows, DV, cols, 1.0f, s.data(), ld, vh + j0 * DV, DV, 1.0f,
-                acc.data(), DV);
+        if (DV > 0) {
+          gemm_rm(false, false, rows, DV, cols, 1.0f, s.data(), ld, vh + j0 * DV, DV, 1.0f,
+                  acc.data(), DV);
+        }
       }
       for (int r = 0; r < rows; ++r) {
         float* o = op + (bh * NQ + i0 + r) * DV;
@@ -369,8 +402,11 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           for (int d = 0; d < DV; ++d) o[d] = a[d] * inv;
           lp[bh * NQ + i0 + r] = (mx[r] + std::log2(sum[r])) * kLn2;
           if (stats) {
-            for (int x = 0; x < 5; ++x)
+            for (int x = 0; x < NS; ++x)
               msp[(x * BH + bh) * NQ + i0 + r] = mass[x * block_q + r] * inv;
+            // the entropy in natural units: (log2 S - A / S) ln 2, not below 0
+            float& h = msp[(5 * BH + bh) * NQ + i0 + r];
+            h = std::max(0.0f, (std::log2(sum[r]) - h) * kLn2);
           }
         } else {                                     // a row that keeps no key
           std::fill(o, o + DV, 0.0f);
@@ -387,15 +423,16 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Te
                                 int64_t groups, int64_t off, int64_t left, int64_t right,
                                 double cap, int64_t block_q, int64_t block_k) {
   return forward_impl(q, k, v, groups, off, left, right, cap, block_q, block_k, false,
-                      at::Tensor(), at::Tensor(), 0, diag);
+                      at::Tensor(), at::Tensor(), 0, diag, 0, 0, false);
 }
 
 std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ids,
                                       at::Tensor before, int64_t groups, int64_t off,
                                       int64_t left, int64_t right, int64_t band_w,
+                                      int64_t sink_start, int64_t sink_count, bool masses,
                                       int64_t block_q, int64_t block_k) {
   return forward_impl(q, k, v, groups, off, left, right, 0.0, block_q, block_k, true, ids,
-                      before, band_w, at::Tensor());
+                      before, band_w, at::Tensor(), sink_start, sink_count, masses);
 }
 
 // (dq, dk, dv) of the forward above, unscaled by the score scale c (the caller multiplies dq
@@ -631,8 +668,8 @@ TORCH_LIBRARY(attnlab_loop, m) {
         "Tensor d_out, Tensor delta, int groups, int off, int left, int right, float cap, "
         "int block_q, int block_k, bool diag_grad) -> Tensor[]", &backward);
   m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor ids, Tensor before, int groups, "
-        "int off, int left, int right, int band, int block_q, int block_k) -> Tensor[]",
-        &forward_stats);
+        "int off, int left, int right, int band, int sink_start, int sink_count, bool masses, "
+        "int block_q, int block_k) -> Tensor[]", &forward_stats);
   m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor ids, Tensor before, Tensor keep, "
         "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
         "bool columns, int cq, int ck, int gq, int gk, int block_q, int block_k, "

@@ -4,40 +4,43 @@ eager tile loop, called from there where the loop is built and the call is one i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attnlab.core import loop
-from attnlab.core.tiles import sizes
-
-LN2 = math.log(2.0)
+from attnlab.core.tiles import LN2, sizes
 
 
-def first_pass(q, k, v_ext, spec, spec_ext, row_stats):
-    """The forward with extra value columns ``v_ext``: ``(out, m, r, rest)`` with ``m = lse`` in
-    log2 units and ``r = 0`` (-inf on rows with no key). ``row_stats``: ``(band, ids, before)``
-    to have the same pass give the row statistics (``rest``, as the second pass's dict without
-    columns, pooled maps or rows), else None (``rest`` None)."""
+def first_pass(q, k, v, spec, sink: tuple[int, int], row_stats):
+    """:func:`attnlab.core._stats_passes._forward_stats` on the compiled loop, whose forward
+    (``forward_stats``) keeps the entropy, the mean key position and the sink mass per row as
+    it goes (no extra value columns: the entropy comes from ``sum p (s - m)``, not from
+    ``E_p[k]``). Returns the same ``(out or None, lse, entropy, distance, sink_mass, m, r,
+    rest)``; ``row_stats``: ``(band, ids, before)`` to have the same pass give the row
+    statistics (``rest``, as the second pass's dict without columns, pooled maps or rows), else
+    None (``rest`` None)."""
+    dev = q.device
+    none_i = torch.empty(0, dtype=torch.long, device=dev)
+    band, ids, before = row_stats if row_stats is not None else (0, None, None)
+    v_in = v if v is not None else q.new_empty(k.shape[0], k.shape[1], 0)
+    out, lse, best, argmax, tied, mass = torch.ops.attnlab_loop.forward_stats(
+        loop.scaled_q(q, spec).contiguous(), k.contiguous(), v_in.contiguous(),
+        none_i if ids is None else ids.to(dev, torch.long),
+        none_i if before is None else before.to(dev, torch.long), spec.kv_groups,
+        *loop.band_args(spec), int(band), int(sink[0]), int(sink[1]), row_stats is not None,
+        *sizes())
     rest = None
-    if row_stats is None:
-        out, lse = loop.forward(loop.scaled_q(q, spec), k, v_ext, spec_ext, *sizes())
-    else:
-        band, ids, before = row_stats
-        none_i = torch.empty(0, dtype=torch.long, device=q.device)
-        out, lse, best, argmax, tied, mass = torch.ops.attnlab_loop.forward_stats(
-            loop.scaled_q(q, spec).contiguous(), k.contiguous(), v_ext.contiguous(),
-            none_i if ids is None else ids.to(q.device, torch.long),
-            none_i if before is None else before.to(q.device, torch.long), spec.kv_groups,
-            *loop.band_args(spec), int(band), *sizes())
+    if row_stats is not None:
         rest = {"best": best, "argmax": argmax, "tied": tied, "prev_mass": mass[0],
                 "self_mass": mass[1], "next_mass": torch.zeros_like(mass[0]),
                 "local_mass": mass[2], "match_mass": mass[3] if ids is not None else None,
                 "dup_mass": mass[4] if ids is not None else None, "received": None,
                 "pooled_mean": None, "pooled_max": None, "row_weights": None}
-    m = lse * (1.0 / LN2)                              # one part, in log2 units: m = lse, r = 0
-    r = torch.where(torch.isneginf(lse), float("-inf"), torch.zeros_like(lse))
-    return out, m, r, rest
+    empty = torch.isneginf(lse)
+    zero = torch.zeros_like(lse)
+    pos = torch.arange(spec.n_q, dtype=q.dtype, device=dev) + spec.offset
+    distance = torch.where(empty, zero, pos - mass[6])
+    m = torch.where(empty, zero, lse * (1.0 / LN2))     # one part, log2 units: m = lse, r = 0
+    return (out if v is not None else None, lse, mass[5], distance, mass[7], m, zero, rest)
 
 
 def second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns, pooled, rows, keep,

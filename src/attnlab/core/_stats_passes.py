@@ -47,11 +47,15 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
     key is at or before the query) and the sink mass. Returns ``(out or None, lse, entropy,
     distance, sink_mass, m, r)``: natural units but for ``lse = m + r`` in the tiles' units
     (0 on rows with no key).
-    ``row_stats``: ``(band, ids, before)`` to have the compiled loop also give, in the same
-    pass, what :func:`_second_pass_rows` gives without columns, pooled maps or rows (returned
-    as an eighth item, else None there)"""
+    Where the compiled loop takes the call, its forward keeps these per row instead
+    (:func:`attnlab.core._stats_loop.first_pass`, no extra columns), and ``row_stats``:
+    ``(band, ids, before)`` has it also give, in the same pass, what
+    :func:`_second_pass_rows` gives without columns, pooled maps or rows (returned as an
+    eighth item, else None there)."""
     from attnlab.core.backends.tiled import tile_forward
 
+    if loop.wanted(spec):                  # the compiled tile loop (attnlab.core.loop)
+        return _stats_loop.first_pass(q, k, v, spec, sink, row_stats)
     n_kv, n_k, d = k.shape
     j = torch.arange(n_k, dtype=k.dtype, device=k.device)
     start, count = sink
@@ -60,11 +64,7 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
     parts = ([v] if v is not None else []) + [k, feats]
     v_ext = torch.cat(parts, -1)
     spec_ext = dataclasses.replace(spec, d_v=v_ext.shape[-1])
-    rest = None
-    if loop.wanted(spec_ext):              # the compiled tile loop (attnlab.core.loop)
-        out, m, r, rest = _stats_loop.first_pass(q, k, v_ext, spec, spec_ext, row_stats)
-    else:
-        out, m, r = tile_forward(q, k, v_ext, spec_ext, None)
+    out, m, r = tile_forward(q, k, v_ext, spec_ext, None)
     unit = LN2 if base2(spec) else 1.0
     lse = split_lse(m, r, base2(spec))
     empty = torch.isneginf(lse)
@@ -81,7 +81,7 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
     distance = torch.where(empty, zero, pos - out[..., d_v + d])
     sink_mass = torch.where(empty, zero, out[..., d_v + d + 1])
     return ((out[..., :d_v] if v is not None else None), lse, entropy, distance, sink_mass,
-            safe_m, torch.where(empty, zero, r), rest)
+            safe_m, torch.where(empty, zero, r), None)
 
 
 def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, columns,

@@ -15,8 +15,9 @@ or the function cannot be compiled, the eager path runs and one warning says so,
 
 A modifier that sees positions only through ``q_idx - kv_idx`` (ALiBi) does not come here on
 the tiled backend: the compiled tile loop adds it per diagonal (:mod:`attnlab.core.diagonal`).
-Only the eager loop's forward and the statistics use this module. The backward recomputes the modifier under autograd
-(:class:`attnlab.core.score_mod.TileGrad`) so that gradients reach the tensors it captures.
+Only the eager loop's forward and the statistics use this module. The backward recomputes the
+modifier under autograd (:class:`attnlab.core.score_mod.TileGrad`) so that gradients reach
+the tensors it captures.
 """
 
 from __future__ import annotations
