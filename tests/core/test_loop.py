@@ -173,25 +173,28 @@ def test_tiled_module_exposes_the_loop_choice():
     assert tiled.loop is loop
 
 
-@pytest.mark.parametrize("extras", [False, True])
+@pytest.mark.parametrize("extras", ["none", "named rows", "picked rows"])
 @pytest.mark.parametrize("kind", [{"causal": True}, {"window": (7, 0)}])
 @pytest.mark.parametrize("n_q, n_k", [(45, 45), (30, 50), (50, 30)])
 def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n_k, extras):
     """The census on the compiled loop gives the eager loop's statistics and the float64
-    reference's: the row statistics in the forward's own pass, or (with columns, pooled maps,
-    exact rows, one asked twice, and rows that count) the forward then a second pass."""
+    reference's: the row statistics in the forward's own pass, and (with columns, pooled maps,
+    exact rows named, one asked twice, or picked by their largest weights from the forward's
+    maxima, and rows that count) a second pass for those."""
     import dataclasses
 
     from attnlab.core import _stats_loop, _stats_passes
     from attnlab.core.stats import attention_stats
 
-    pooled = 4 if extras else None
-    rows = torch.tensor([0, n_q - 1, 3, 3]) if extras else None
-    queries = (torch.arange(n_q) % 3 != 1) if extras else None
+    more = extras != "none"
+    pooled = 4 if more else None
+    rows = {"none": None, "named rows": torch.tensor([0, n_q - 1, 3, 3]),
+            "picked rows": lambda top: top.amax(0).topk(3).indices}[extras]
+    queries = (torch.arange(n_q) % 3 != 1) if more else None
     second, passes = [], []
     real_second = _stats_loop.second_pass
     monkeypatch.setattr(_stats_loop, "second_pass",
-                        lambda *a: second.append(1) or real_second(*a))
+                        lambda *a, **kw: second.append(1) or real_second(*a, **kw))
     real_rows = _stats_passes._second_pass_rows
     monkeypatch.setattr(_stats_passes, "_second_pass_rows",
                         lambda *a, **kw: passes.append(1) or real_rows(*a, **kw))
@@ -204,7 +207,7 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
     def stats(setting, dtype):
         monkeypatch.setenv("ATTNLAB_LOOP", setting)
         got = attention_stats(q.to(dtype), k.to(dtype), v.to(dtype), enable_gqa=True, ids=ids,
-                              columns=extras, pooled=pooled, rows=rows, queries=queries,
+                              columns=more, pooled=pooled, rows=rows, queries=queries,
                               **kind)
         return {f.name: getattr(got, f.name) for f in dataclasses.fields(got)
                 if isinstance(getattr(got, f.name), torch.Tensor)}
@@ -214,10 +217,9 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
     monkeypatch.setattr(_stats_loop, "first_pass",
                         lambda *a: calls.append(a[-1] is not None) or real_first(*a))
     compiled = stats("1", torch.float32)
-    if extras:     # columns, pooled maps and rows: a second pass, compiled
-        assert calls == [False] and second and passes, "the passes were not compiled"
-    else:          # the row statistics come out of the compiled forward: no second pass
-        assert calls == [True] and not passes and not second
+    # the row statistics come out of the compiled forward; columns, pooled maps and rows need
+    # a second (compiled) pass, and nothing runs the eager one
+    assert calls == [True] and not passes and len(second) == int(more)
     eager, ref = stats("0", torch.float32), stats("0", torch.float64)
     untied = ~eager["tied"]
     assert torch.equal(compiled["argmax"][untied], eager["argmax"][untied])

@@ -550,13 +550,14 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
 // token (prefix matching, before[j] == ids[i]) or are one (ids[j] == ids[i]); and, times the
 // row's `keep`, the column sums, the pooled sums and maxima over cq x ck cells, and the rows
 // asked for (row_slot[i] >= 0). One task per head: it owns its columns, cells and rows.
-// Optional tensors are passed empty. With maxima_only, only the first three.
+// Optional tensors are passed empty. mode 1: only the first three (maxima); mode 2: only the
+// columns, pooled maps and rows (the forward gave the rest); 0: all.
 std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor ids,
                                    at::Tensor before, at::Tensor keep, at::Tensor row_slot,
                                    int64_t n_rows, int64_t groups, int64_t off, int64_t left,
                                    int64_t right, int64_t band_w, bool columns, int64_t cq,
                                    int64_t ck, int64_t gq, int64_t gk, int64_t block_q,
-                                   int64_t block_k, bool maxima_only) {
+                                   int64_t block_k, int64_t mode) {
   TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat && shift.dtype() == at::kFloat,
               "the compiled statistics pass takes float32");
   q = q.contiguous(); k = k.contiguous(); shift = shift.contiguous();
@@ -616,23 +617,27 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
           for (int r = 0; r < rows; ++r) {
             const int64_t i = i0 + r, at = bh * NQ + i;
             float* row = s.data() + static_cast<int64_t>(r) * ld;
-            vf vm = splat(kNegInf);
-            for (int c = 0; c < ld; c += W) {
-              const vf x = load(row + c);
-              vm = x > vm ? x : vm;
+            if (mode != 2) {
+              vf vm = splat(kNegInf);
+              for (int c = 0; c < ld; c += W) {
+                const vf x = load(row + c);
+                vm = x > vm ? x : vm;
+              }
+              const float top = hmax(vm);
+              fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
+              if (mode == 1) continue;
             }
-            const float top = hmax(vm);
-            fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
-            if (maxima_only) continue;
             const float sh = shp[at];
             for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
-            float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
-            pv[at] += m[0];
-            ow[at] += m[1];
-            lc[at] += m[2];
-            mt[at] += m[3];
-            dp[at] += m[4];
+            if (mode != 2) {
+              float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
+              pv[at] += m[0];
+              ow[at] += m[1];
+              lc[at] += m[2];
+              mt[at] += m[3];
+              dp[at] += m[4];
+            }
             if (!columns && !pooled && !has_rows) continue;
             const float kf = has_keep ? kpp[at] : 1.0f;
             if (columns) {
@@ -673,5 +678,5 @@ TORCH_LIBRARY(attnlab_loop, m) {
   m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor ids, Tensor before, Tensor keep, "
         "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
         "bool columns, int cq, int ck, int gq, int gk, int block_q, int block_k, "
-        "bool maxima_only) -> Tensor[]", &stats_pass);
+        "int mode) -> Tensor[]", &stats_pass);
 }

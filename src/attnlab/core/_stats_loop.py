@@ -44,9 +44,10 @@ def first_pass(q, k, v, spec, sink: tuple[int, int], row_stats):
 
 
 def second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns, pooled, rows, keep,
-                maxima_only) -> dict:
+                maxima_only, extras_only: bool = False) -> dict:
     """:func:`_second_pass_rows` on the compiled loop (``stats_pass`` of ``_loop.cpp``): the
-    same quantities, one C++ task per head."""
+    same quantities, one C++ task per head; ``extras_only``: only the columns, pooled maps and
+    rows (the compiled forward gave the rest; the dict's other entries are then not filled)."""
     n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
     dev, dt = q_s.device, q_s.dtype
     none_f = torch.empty(0, dtype=dt, device=dev)
@@ -69,7 +70,7 @@ def second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns, pooled, rows
         none_i if ids is None else ids.to(dev, torch.long),
         none_i if before is None else before.to(dev, torch.long), keep_f, slot, n_rows,
         spec.kv_groups, *loop.band_args(spec), int(band), bool(columns), cq, ck, gq, gk,
-        block_q, block_k, bool(maxima_only))
+        block_q, block_k, 1 if maxima_only else 2 if extras_only else 0)
     out = {"best": best, "argmax": argmax, "tied": tied, "prev_mass": prev, "self_mass": own,
            "next_mass": torch.zeros_like(prev), "local_mass": local,
            "match_mass": match if ids is not None else None,

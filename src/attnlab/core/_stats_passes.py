@@ -215,31 +215,36 @@ class _Extra:
 
 def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: bool, ids,
                      pooled=None, rows=None, pick=None, keep=None) -> dict:
-    """:func:`_tile_stats` where :func:`_fast` holds: the forward with extra value columns,
-    then one pass over the tiles for the maxima, the band's masses, prefix matching and (where
-    asked) the column sums, pooled maps and rows; rows picked by a function cost a pass of maxima
-    before it."""
+    """:func:`_tile_stats` where :func:`_fast` holds. Eager: the forward with extra value
+    columns, then one pass over the tiles for the maxima, the band's masses, prefix matching and
+    (where asked) the column sums, pooled maps and rows; rows picked by a function cost a pass
+    of maxima before it. Compiled: the forward keeps all of the row statistics, maxima
+    included, and a second pass runs only for columns, pooled maps or rows."""
     before = None
     if ids is not None:
         before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
-    # without columns, pooled maps or rows, the compiled forward gives the row statistics too
-    one_pass = pick is None and not columns and pooled is None and rows is None
+    # the compiled forward gives the row statistics too (rest); the eager one does not
     out, lse, entropy, distance, sink_mass, m_u, r_u, rest = _forward_stats(
-        q, k, v, spec, sink, row_stats=(band, ids, before) if one_pass else None)
+        q, k, v, spec, sink, row_stats=(band, ids, before))
     tiles = Tiles(spec, q.shape[0], None)
     q_s = tiles.q_scaled(q)
     empty = torch.isneginf(lse)
-    if pick is not None:    # rows picked by their largest weights: a pass of maxima first
-        first = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None,
-                                  None, maxima_only=True)
-        top = torch.where(empty, torch.zeros_like(lse),
-                          tiles.exp(first["best"] - m_u - r_u))
+    if pick is not None:    # rows picked by their largest weights (eager: a pass of maxima)
+        best = rest["best"] if rest is not None else _second_pass_rows(
+            q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None, None,
+            maxima_only=True)["best"]
+        top = torch.where(empty, torch.zeros_like(lse), tiles.exp(best - m_u - r_u))
         if keep is not None:
             top = torch.where(keep, top, torch.zeros_like(top))
         rows = pick(top)
     if rest is None:
         rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
                                  pooled, rows, keep)
+    elif columns or pooled is not None or rows is not None:    # what the forward cannot keep
+        more = _stats_loop.second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns,
+                                       pooled, rows, keep, False, extras_only=True)
+        rest.update({name: more[name] for name in ("received", "pooled_mean", "pooled_max",
+                                                   "row_weights")})
     zero = torch.zeros_like(lse)
     max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
     argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
