@@ -173,10 +173,12 @@ def test_tiled_module_exposes_the_loop_choice():
     assert tiled.loop is loop
 
 
-@pytest.mark.parametrize("extras", ["none", "named rows", "picked rows"])
+@pytest.mark.parametrize("sizes", [(16, 32), (13, 20)])     # key tiles a multiple of the
+@pytest.mark.parametrize("extras", ["none", "named rows", "picked rows"])   # vector width, not
 @pytest.mark.parametrize("kind", [{"causal": True}, {"window": (7, 0)}])
 @pytest.mark.parametrize("n_q, n_k", [(45, 45), (30, 50), (50, 30)])
-def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n_k, extras):
+def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n_k, extras,
+                                         sizes):
     """The census on the compiled loop gives the eager loop's statistics and the float64
     reference's: the row statistics in the forward's own pass, and (with columns, pooled maps,
     exact rows named, one asked twice, or picked by their largest weights from the forward's
@@ -199,7 +201,7 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
     monkeypatch.setattr(_stats_passes, "_second_pass_rows",
                         lambda *a, **kw: passes.append(1) or real_rows(*a, **kw))
 
-    tiles(tiled_sizes=(16, 32))
+    tiles(tiled_sizes=sizes)
     q, k, v = _qkv(n_q, n_k, h_q=4, h_kv=2)
     ids = torch.randint(0, 5, (n_k,), generator=torch.Generator().manual_seed(2))
     ids = ids if n_q == n_k else None
@@ -215,11 +217,13 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
     calls = []
     real_first = _stats_loop.first_pass
     monkeypatch.setattr(_stats_loop, "first_pass",
-                        lambda *a: calls.append(a[-1] is not None) or real_first(*a))
+                        lambda *a: calls.append((a[5] is not None, a[6] is not None))
+                        or real_first(*a))
     compiled = stats("1", torch.float32)
-    # the row statistics come out of the compiled forward; columns, pooled maps and rows need
-    # a second (compiled) pass, and nothing runs the eager one
-    assert calls == [True] and not passes and len(second) == int(more)
+    # the row statistics, columns, pooled maps and named rows come out of the compiled
+    # forward; rows picked from its maxima take a second (compiled) pass; no eager pass runs
+    assert calls == [(True, more)] and not passes
+    assert len(second) == int(extras == "picked rows")
     eager, ref = stats("0", torch.float32), stats("0", torch.float64)
     untied = ~eager["tied"]
     assert torch.equal(compiled["argmax"][untied], eager["argmax"][untied])
@@ -234,3 +238,18 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
             assert torch.equal(torch.isneginf(a), torch.isneginf(b)), name
             a, b = torch.nan_to_num(a, neginf=0.0), torch.nan_to_num(b, neginf=0.0)
             assert (a - b).abs().max() <= 1e-4 * b.abs().max().clamp_min(1.0), name
+
+
+def test_token_ids_beyond_int32_keep_their_matches(built, monkeypatch):
+    """The loop compares token ids as int32: larger ids are renumbered, not wrapped (2^32
+    would otherwise equal token 0)."""
+    from attnlab.core.stats import attention_stats
+
+    monkeypatch.setenv("ATTNLAB_LOOP", "1")
+    q, k, _ = _qkv(40, 40)
+    ids = torch.randint(0, 4, (40,), generator=torch.Generator().manual_seed(3))
+    big = torch.where(ids == 1, 2 ** 32, ids)          # token 1 renamed 2^32: not token 0
+    small, large = (attention_stats(q.float(), k.float(), causal=True, ids=i)
+                    for i in (ids, big))
+    assert torch.equal(small.match_mass, large.match_mass)
+    assert torch.equal(small.dup_mass, large.dup_mass)

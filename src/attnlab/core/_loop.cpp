@@ -113,18 +113,18 @@ inline void add_to(float* y, const float* x, int n) {
   for (; c < n; ++c) y[c] += x[c];
 }
 
-// Scores of one tile (rows x cols, row stride ld, a multiple of W), in place: the softcap
-// (natural units in, log2 units out; tanh kept for the backward), the diagonal bias (dg[j - i]
-// for score (i, j), or none), the band's -inf outside [lo, hi) of each row, and -inf in the
-// padding columns cols .. ld - 1.
-inline void finish_scores(float* s, int rows, int cols, int ld, int64_t i0, int64_t j0,
+// Scores of one tile (rows x cols, row stride ld, padded to wd = cols rounded up to W), in
+// place: the softcap (natural units in, log2 units out; tanh kept for the backward, stride ld),
+// the diagonal bias (dg[j - i] for score (i, j), or none), the band's -inf outside [lo, hi) of
+// each row, and -inf in the padding columns cols .. wd - 1.
+inline void finish_scores(float* s, int rows, int cols, int ld, int wd, int64_t i0, int64_t j0,
                           const Band& band, bool partial, float cap, float* tanh_out,
                           const float* dg) {
   if (cap > 0.0f) {
     const float inv = 1.0f / cap, out_scale = cap * kLog2e;
     for (int r = 0; r < rows; ++r) {
       float* row = s + static_cast<int64_t>(r) * ld;
-      for (int c = 0; c < ld; c += W) {
+      for (int c = 0; c < wd; c += W) {
         // tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1), |y| clipped where tanh is +-1 in float32
         vf y = load(row + c) * inv;
         y = y > 9.0f ? splat(9.0f) : y;
@@ -146,8 +146,8 @@ inline void finish_scores(float* s, int rows, int cols, int ld, int64_t i0, int6
       lo = std::max<int64_t>(0, band.lo(i0 + r) - j0);
       hi = std::max<int64_t>(lo, std::min<int64_t>(cols, band.hi(i0 + r) - j0));
     }
-    for (int64_t c = 0; c < std::min<int64_t>(lo, ld); ++c) row[c] = kNegInf;
-    for (int64_t c = hi; c < ld; ++c) row[c] = kNegInf;
+    for (int64_t c = 0; c < std::min<int64_t>(lo, wd); ++c) row[c] = kNegInf;
+    for (int64_t c = hi; c < wd; ++c) row[c] = kNegInf;
   }
 }
 
@@ -187,7 +187,7 @@ inline void fold_max(const float* row, int cols, float top, int64_t j0, float& b
 // m[0] the previous key, m[1] the key itself, m[2] the keys within band_w; with ids (token of
 // the query `tok`), m[3] keys after an earlier copy of it (before[j] == tok), m[4] copies.
 inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int64_t band_w,
-                       const int64_t* ids, const int64_t* before, int64_t tok, float* m) {
+                       const int32_t* ids, const int32_t* before, int32_t tok, float* m) {
   const int64_t lo = std::max<int64_t>(j0, pos - band_w);
   const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
   for (int64_t j = lo; j <= hi; ++j) {
@@ -197,13 +197,54 @@ inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int6
   }
   if (ids == nullptr) return;
   const int64_t stop = std::min<int64_t>(j1, pos);
-  float m_sum = 0.0f, d_sum = 0.0f;
-  for (int64_t j = j0; j < stop; ++j) {
+  const vi vt = vi{} + tok;
+  vf vm = vf{}, vd = vf{};
+  int64_t j = j0;
+  for (; j + W <= stop; j += W) {
+    vi b, d;
+    std::memcpy(&b, before + j, sizeof b);
+    std::memcpy(&d, ids + j, sizeof d);
+    const vf pv = load(p + (j - j0));
+    vm += b == vt ? pv : vf{};
+    vd += d == vt ? pv : vf{};
+  }
+  float m_sum = hsum(vm), d_sum = hsum(vd);
+  for (; j < stop; ++j) {
     m_sum += before[j] == tok ? p[j - j0] : 0.0f;
     d_sum += ids[j] == tok ? p[j - j0] : 0.0f;
   }
   m[3] += m_sum;
   m[4] += d_sum;
+}
+
+// Adds a row of weights p (keys j0 .. j1-1, already times the row's keep) to the census's
+// extras, each where asked (else nullptr): the column sums col (indexed by key), the pooled
+// sums cs and maxima cm of the row's cells (ck keys wide), the row dst (indexed by key).
+inline void add_extras(const float* p, int64_t j0, int64_t j1, float* col, float* cs,
+                       float* cm, int64_t ck, float* dst) {
+  const int n = static_cast<int>(j1 - j0);
+  if (col != nullptr) add_to(col + j0, p, n);
+  for (int64_t j = j0; cs != nullptr && j < j1;) {     // one cell's keys at a time
+    const int64_t cell = j / ck, end = std::min(j1, (cell + 1) * ck);
+    const float* x = p + (j - j0);
+    const int len = static_cast<int>(end - j);
+    vf vs = vf{}, vx = vf{};
+    int c = 0;
+    for (; c + W <= len; c += W) {
+      const vf v = load(x + c);
+      vs += v;
+      vx = v > vx ? v : vx;
+    }
+    float sm = hsum(vs), mx = hmax(vx);
+    for (; c < len; ++c) {
+      sm += x[c];
+      mx = x[c] > mx ? x[c] : mx;
+    }
+    cs[cell] += sm;
+    cm[cell] = mx > cm[cell] ? mx : cm[cell];
+    j = end;
+  }
+  if (dst != nullptr) std::memcpy(dst + j0, p, sizeof(float) * n);
 }
 
 }  // namespace
@@ -219,13 +260,22 @@ inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int6
 // (see stats_pass below for what each is) the largest score (log2 units), its first key and
 // ties, and the masses on the previous key, the key itself, the keys within band_w, prefix
 // matches and duplicates (with ids). Every row then takes the shifted path.
+// With `extras` (columns, pooled maps or rows: see stats_pass), a task owns a whole head and
+// keeps its query block's unnormalized weights for every key (block_q x N_k floats) with the
+// shift each tile used; once the block's rows are done, each row is normalized tile by tile
+// and added to the column sums, its pooled cells and the rows asked for, so no second pass
+// recomputes the scores.
 static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tensor v,
                                             int64_t groups, int64_t off, int64_t left,
                                             int64_t right, double cap, int64_t block_q,
                                             int64_t block_k, bool stats, at::Tensor ids,
                                             at::Tensor before, int64_t band_w,
                                             at::Tensor diag, int64_t sink_start,
-                                            int64_t sink_count, bool with_masses) {
+                                            int64_t sink_count, bool with_masses,
+                                            bool columns = false, at::Tensor keep = {},
+                                            at::Tensor row_slot = {}, int64_t n_rows = 0,
+                                            int64_t cq = 1, int64_t ck = 1, int64_t gq = 0,
+                                            int64_t gk = 0) {
   TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat &&
               v.dtype() == at::kFloat, "the compiled tile loop takes float32");
   q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
@@ -242,9 +292,12 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   const float fcap = static_cast<float>(cap);
   const bool has_ids = stats && with_masses && ids.numel() > 0;
   constexpr int NS = 8;          // prev, self, local, match, dup masses; A; sum p j; sink mass
-  if (has_ids) { ids = ids.contiguous(); before = before.contiguous(); }
-  const int64_t* idp = has_ids ? ids.data_ptr<int64_t>() : nullptr;
-  const int64_t* bfp = has_ids ? before.data_ptr<int64_t>() : nullptr;
+  if (has_ids) {
+    ids = ids.to(at::kInt).contiguous();
+    before = before.to(at::kInt).contiguous();
+  }
+  const int32_t* idp = has_ids ? ids.data_ptr<int32_t>() : nullptr;
+  const int32_t* bfp = has_ids ? before.data_ptr<int32_t>() : nullptr;
   const bool has_diag = diag.numel() > 0;
   if (has_diag) {
     diag = diag.contiguous();
@@ -279,9 +332,30 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
       kmax[h] = std::max(kmax[h], std::sqrt(n2));
     }
   }
+  const bool has_keep = stats && keep.defined() && keep.numel() > 0;
+  const bool has_rows = stats && row_slot.defined() && row_slot.numel() > 0;
+  const bool pooled = stats && gk > 0;
+  const bool extras = stats && (columns || pooled || has_rows);
+  if (has_keep) keep = keep.contiguous();
+  if (has_rows) row_slot = row_slot.contiguous();
+  auto received = at::zeros({columns && stats ? BH : 0, NK}, q.options());
+  auto p_sum = at::zeros({pooled ? BH : 0, gq * gk}, q.options());
+  auto p_max = at::zeros({pooled ? BH : 0, gq * gk}, q.options());
+  auto row_w = at::zeros({has_rows ? BH : 0, n_rows, NK}, q.options());
+  const float* kpp = has_keep ? keep.data_ptr<float>() : nullptr;
+  const int64_t* slp = has_rows ? row_slot.data_ptr<int64_t>() : nullptr;
+  float* rc = columns && stats ? received.data_ptr<float>() : nullptr;
+  float* ps = pooled ? p_sum.data_ptr<float>() : nullptr;
+  float* pm = pooled ? p_max.data_ptr<float>() : nullptr;
+  float* rw = has_rows ? row_w.data_ptr<float>() : nullptr;
   const int ldk = round_up(block_k);
-  at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> s(block_q * ldk), acc(block_q * DV), mx(block_q), sum(block_q);
+  const int ldb = extras ? round_up(NK) + W : 0;          // a block's weights, every key
+  const int64_t n_kt = (NK + block_k - 1) / block_k + 1;  // key tiles a block may visit
+  auto task = [&](int64_t begin, int64_t end) {
+    std::vector<float> s(extras ? block_q * static_cast<int64_t>(ldb) : block_q * ldk);
+    std::vector<float> acc(block_q * DV), mx(block_q), sum(block_q);
+    std::vector<float> mt(extras ? n_kt * block_q : 0);   // the shift of each tile's weights
+    std::vector<int64_t> visited;
     std::vector<char> fixed(block_q);
     std::vector<float> mass(stats ? NS * block_q : 0);
     vf iota;
@@ -311,19 +385,22 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
         mx[r] = fixed[r] ? 0.0f : kNegInf;
       }
       const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
+      visited.clear();
       for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
         const int64_t j1 = std::min(NK, j0 + block_k);
         const int kind = tile_kind(band, i0, i1, j0, j1);
         if (kind == 0) continue;
-        const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
-        gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(), ld);
-        finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap, nullptr,
+        const int cols = static_cast<int>(j1 - j0), wd = round_up(cols);
+        const int ld = extras ? ldb : wd;
+        float* sb = s.data() + (extras ? j0 : 0);
+        gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, sb, ld);
+        finish_scores(sb, rows, cols, ld, wd, i0, j0, band, kind == 1, fcap, nullptr,
                       has_diag ? dgp + bh * (NQ + NK - 1) + NQ - 1 : nullptr);
         for (int r = 0; r < rows; ++r) {
-          float* row = s.data() + static_cast<int64_t>(r) * ld;
+          float* row = sb + static_cast<int64_t>(r) * ld;
           if (fixed[r]) {                            // no shift: 2^s summed as it comes
             vf vl = vf{};
-            for (int c = 0; c < ld; c += W) {
+            for (int c = 0; c < wd; c += W) {
               const vf p = exp2v(load(row + c));
               store(row + c, p);
               vl += p;
@@ -332,7 +409,7 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
             continue;
           }
           vf vm = splat(kNegInf);
-          for (int c = 0; c < ld; c += W) {
+          for (int c = 0; c < wd; c += W) {
             const vf x = load(row + c);
             vm = x > vm ? x : vm;
           }
@@ -341,12 +418,12 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           const int64_t i = i0 + r, at = bh * NQ + i;
           if (stats && with_masses) fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
           if (m_new == kNegInf) {                    // nothing kept yet: P = 0 on this tile
-            std::fill(row, row + ld, 0.0f);
+            std::fill(row, row + wd, 0.0f);
             continue;
           }
           vf vl = vf{}, va = vf{}, vj = vf{};
           if (stats) {
-            for (int c = 0; c < ld; c += W) {
+            for (int c = 0; c < wd; c += W) {
               vf x = load(row + c) - m_new;
               const vf p = exp2v(x);
               store(row + c, p);
@@ -356,7 +433,7 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
               vj += p * (iota + static_cast<float>(c));
             }
           } else {
-            for (int c = 0; c < ld; c += W) {
+            for (int c = 0; c < wd; c += W) {
               const vf p = exp2v(load(row + c) - m_new);
               store(row + c, p);
               vl += p;
@@ -390,8 +467,13 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           }
         }
         if (DV > 0) {
-          gemm_rm(false, false, rows, DV, cols, 1.0f, s.data(), ld, vh + j0 * DV, DV, 1.0f,
+          gemm_rm(false, false, rows, DV, cols, 1.0f, sb, ld, vh + j0 * DV, DV, 1.0f,
                   acc.data(), DV);
+        }
+        if (extras) {                                // the shift these weights carry
+          float* m_t = mt.data() + static_cast<int64_t>(visited.size()) * block_q;
+          for (int r = 0; r < rows; ++r) m_t[r] = mx[r];
+          visited.push_back(j0);
         }
       }
       for (int r = 0; r < rows; ++r) {
@@ -413,10 +495,34 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           lp[bh * NQ + i0 + r] = kNegInf;
         }
       }
+      for (int r = 0; extras && r < rows; ++r) {     // normalized, then into the extras
+        const int64_t i = i0 + r, at = bh * NQ + i;
+        const float kf = has_keep ? kpp[at] : 1.0f;
+        if (!(sum[r] > 0.0f) || kf == 0.0f) continue;
+        float* row = s.data() + static_cast<int64_t>(r) * ldb;
+        float* cs = pooled ? ps + (bh * gq + i / cq) * gk : nullptr;
+        float* cm = pooled ? pm + (bh * gq + i / cq) * gk : nullptr;
+        float* dst = has_rows && slp[i] >= 0 ? rw + (bh * n_rows + slp[i]) * NK : nullptr;
+        for (size_t x = 0; x < visited.size(); ++x) {
+          const int64_t j0 = visited[x], j1 = std::min(NK, j0 + block_k);
+          const float f = exp2s(mt[x * block_q + r] - mx[r]) * (kf / sum[r]);
+          float* seg = row + j0;
+          const int n = static_cast<int>(j1 - j0);
+          int c = 0;
+          for (; c + W <= n; c += W) store(seg + c, load(seg + c) * f);
+          for (; c < n; ++c) seg[c] *= f;
+          add_extras(seg, j0, j1, rc != nullptr ? rc + bh * NK : nullptr, cs, cm, ck, dst);
+        }
+      }
     }
-  });
+  };
+  if (extras) {            // a task per head: it owns the head's columns, cells and rows
+    at::parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) { task(b0 * nqb, b1 * nqb); });
+  } else {
+    at::parallel_for(0, BH * nqb, 1, task);
+  }
   if (!stats) return {out, lse};
-  return {out, lse, best, argmax, tied, masses};
+  return {out, lse, best, argmax, tied, masses, received, p_sum, p_max, row_w};
 }
 
 std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor diag,
@@ -427,12 +533,15 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Te
 }
 
 std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ids,
-                                      at::Tensor before, int64_t groups, int64_t off,
+                                      at::Tensor before, at::Tensor keep, at::Tensor row_slot,
+                                      int64_t n_rows, int64_t groups, int64_t off,
                                       int64_t left, int64_t right, int64_t band_w,
                                       int64_t sink_start, int64_t sink_count, bool masses,
-                                      int64_t block_q, int64_t block_k) {
+                                      bool columns, int64_t cq, int64_t ck, int64_t gq,
+                                      int64_t gk, int64_t block_q, int64_t block_k) {
   return forward_impl(q, k, v, groups, off, left, right, 0.0, block_q, block_k, true, ids,
-                      before, band_w, at::Tensor(), sink_start, sink_count, masses);
+                      before, band_w, at::Tensor(), sink_start, sink_count, masses, columns,
+                      keep, row_slot, n_rows, cq, ck, gq, gk);
 }
 
 // (dq, dk, dv) of the forward above, unscaled by the score scale c (the caller multiplies dq
@@ -496,7 +605,7 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
             const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
             gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, p.data(),
                     ld);
-            finish_scores(p.data(), rows, cols, ld, i0, j0, band, kind == 1, fcap,
+            finish_scores(p.data(), rows, cols, ld, ld, i0, j0, band, kind == 1, fcap,
                           fcap > 0.0f ? th.data() : nullptr,
                           has_diag ? dgp + bh * L + NQ - 1 : nullptr);
             for (int r = 0; r < rows; ++r) {            // P = 2^(S - lse log2 e), 0 if masked
@@ -564,7 +673,10 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
   const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1);
   const bool has_ids = ids.numel() > 0, has_keep = keep.numel() > 0;
   const bool has_rows = row_slot.numel() > 0, pooled = gk > 0;
-  if (has_ids) { ids = ids.contiguous(); before = before.contiguous(); }
+  if (has_ids) {
+    ids = ids.to(at::kInt).contiguous();
+    before = before.to(at::kInt).contiguous();
+  }
   if (has_keep) keep = keep.contiguous();
   if (has_rows) row_slot = row_slot.contiguous();
   auto fopt = q.options();
@@ -582,8 +694,8 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* shp = shift.data_ptr<float>();
-  const int64_t* idp = has_ids ? ids.data_ptr<int64_t>() : nullptr;
-  const int64_t* bfp = has_ids ? before.data_ptr<int64_t>() : nullptr;
+  const int32_t* idp = has_ids ? ids.data_ptr<int32_t>() : nullptr;
+  const int32_t* bfp = has_ids ? before.data_ptr<int32_t>() : nullptr;
   const float* kpp = has_keep ? keep.data_ptr<float>() : nullptr;
   const int64_t* slp = has_rows ? row_slot.data_ptr<int64_t>() : nullptr;
   float* bp = best.data_ptr<float>();
@@ -596,6 +708,7 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
   float* pm = pooled ? p_max.data_ptr<float>() : nullptr;
   float* rw = has_rows ? row_w.data_ptr<float>() : nullptr;
   const int ldk = round_up(block_k);
+  const bool rows_only = mode == 2 && !columns && !pooled && has_rows;
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(block_q * ldk);
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -603,6 +716,11 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
       for (int64_t i0 = 0; i0 < NQ; i0 += block_q) {
         const int64_t i1 = std::min(NQ, i0 + block_q);
         const int rows = static_cast<int>(i1 - i0);
+        if (rows_only) {                       // only the rows asked for: skip other blocks
+          bool any = false;
+          for (int64_t x = i0; x < i1 && !any; ++x) any = slp[x] >= 0;
+          if (!any) continue;
+        }
         const float* qb = qp + (bh * NQ + i0) * DK;
         const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
         for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
@@ -612,7 +730,7 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
           const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
           gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(),
                   ld);
-          finish_scores(s.data(), rows, cols, ld, i0, j0, band, kind == 1, 0.0f, nullptr,
+          finish_scores(s.data(), rows, cols, ld, ld, i0, j0, band, kind == 1, 0.0f, nullptr,
                         nullptr);
           for (int r = 0; r < rows; ++r) {
             const int64_t i = i0 + r, at = bh * NQ + i;
@@ -627,6 +745,7 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
               fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
               if (mode == 1) continue;
             }
+            if (rows_only && slp[i] < 0) continue;
             const float sh = shp[at];
             for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
             if (mode != 2) {
@@ -640,24 +759,11 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
             }
             if (!columns && !pooled && !has_rows) continue;
             const float kf = has_keep ? kpp[at] : 1.0f;
-            if (columns) {
-              float* col = rc + bh * NK + j0;
-              for (int c = 0; c < cols; ++c) col[c] += row[c] * kf;
-            }
-            if (pooled) {
-              float* cs = ps + bh * gq * gk + (i / cq) * gk;
-              float* cm = pm + bh * gq * gk + (i / cq) * gk;
-              for (int c = 0; c < cols; ++c) {
-                const int64_t cell = (j0 + c) / ck;
-                const float p = row[c] * kf;
-                cs[cell] += p;
-                cm[cell] = p > cm[cell] ? p : cm[cell];
-              }
-            }
-            if (has_rows && slp[i] >= 0) {
-              float* dst = rw + (bh * n_rows + slp[i]) * NK + j0;
-              for (int c = 0; c < cols; ++c) dst[c] = row[c] * kf;
-            }
+            if (kf != 1.0f) for (int c = 0; c < cols; ++c) row[c] *= kf;
+            add_extras(row, j0, j1, columns ? rc + bh * NK : nullptr,
+                       pooled ? ps + (bh * gq + i / cq) * gk : nullptr,
+                       pooled ? pm + (bh * gq + i / cq) * gk : nullptr, ck,
+                       has_rows && slp[i] >= 0 ? rw + (bh * n_rows + slp[i]) * NK : nullptr);
           }
         }
       }
@@ -672,9 +778,10 @@ TORCH_LIBRARY(attnlab_loop, m) {
   m.def("backward(Tensor q, Tensor q_raw, Tensor k, Tensor v, Tensor diag, Tensor lse, "
         "Tensor d_out, Tensor delta, int groups, int off, int left, int right, float cap, "
         "int block_q, int block_k, bool diag_grad) -> Tensor[]", &backward);
-  m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor ids, Tensor before, int groups, "
-        "int off, int left, int right, int band, int sink_start, int sink_count, bool masses, "
-        "int block_q, int block_k) -> Tensor[]", &forward_stats);
+  m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor ids, Tensor before, Tensor keep, "
+        "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
+        "int sink_start, int sink_count, bool masses, bool columns, int cq, int ck, int gq, "
+        "int gk, int block_q, int block_k) -> Tensor[]", &forward_stats);
   m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor ids, Tensor before, Tensor keep, "
         "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
         "bool columns, int cq, int ck, int gq, int gk, int block_q, int block_k, "

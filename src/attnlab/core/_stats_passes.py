@@ -39,7 +39,7 @@ def _fast(spec, sink) -> bool:
             and spec.score_mod is None and _causal_like(spec) and spec.dropout_p == 0)
 
 
-def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
+def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None, extras=None):
     """The first pass as the tiled forward with extra value columns: attention averages
     whatever rows V holds, so with ``V' = [V | K | j | 1{j < sink_keys}]`` one forward gives,
     besides the output, ``E_p[k]`` (whence ``E_p[s] = scale q . E_p[k]`` and the entropy
@@ -50,12 +50,12 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None):
     Where the compiled loop takes the call, its forward keeps these per row instead
     (:func:`attnlab.core._stats_loop.first_pass`, no extra columns), and ``row_stats``:
     ``(band, ids, before)`` has it also give, in the same pass, what
-    :func:`_second_pass_rows` gives without columns, pooled maps or rows (returned as an
-    eighth item, else None there)."""
+    :func:`_second_pass_rows` gives (returned as an eighth item, else None there), and
+    ``extras``: ``(columns, pooled, rows, keep)`` the column sums, pooled maps and rows too."""
     from attnlab.core.backends.tiled import tile_forward
 
     if loop.wanted(spec):                  # the compiled tile loop (attnlab.core.loop)
-        return _stats_loop.first_pass(q, k, v, spec, sink, row_stats)
+        return _stats_loop.first_pass(q, k, v, spec, sink, row_stats, extras)
     n_kv, n_k, d = k.shape
     j = torch.arange(n_k, dtype=k.dtype, device=k.device)
     start, count = sink
@@ -219,13 +219,17 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
     columns, then one pass over the tiles for the maxima, the band's masses, prefix matching and
     (where asked) the column sums, pooled maps and rows; rows picked by a function cost a pass
     of maxima before it. Compiled: the forward keeps all of the row statistics, maxima
-    included, and a second pass runs only for columns, pooled maps or rows."""
+    included, and the columns, pooled maps and named rows; rows picked from the maxima take a
+    second pass over the query blocks that hold them."""
     before = None
     if ids is not None:
         before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
-    # the compiled forward gives the row statistics too (rest); the eager one does not
+    # the compiled forward gives the row statistics too (rest), and the columns, pooled maps
+    # and rows named in advance; the eager one gives none of them
+    wanted = columns or pooled is not None or (rows is not None and pick is None)
     out, lse, entropy, distance, sink_mass, m_u, r_u, rest = _forward_stats(
-        q, k, v, spec, sink, row_stats=(band, ids, before))
+        q, k, v, spec, sink, row_stats=(band, ids, before),
+        extras=(columns, pooled, rows if pick is None else None, keep) if wanted else None)
     tiles = Tiles(spec, q.shape[0], None)
     q_s = tiles.q_scaled(q)
     empty = torch.isneginf(lse)
@@ -240,11 +244,10 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
     if rest is None:
         rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
                                  pooled, rows, keep)
-    elif columns or pooled is not None or rows is not None:    # what the forward cannot keep
-        more = _stats_loop.second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns,
-                                       pooled, rows, keep, False, extras_only=True)
-        rest.update({name: more[name] for name in ("received", "pooled_mean", "pooled_max",
-                                                   "row_weights")})
+    elif pick is not None and rows is not None:     # rows known only now: their blocks again
+        more = _stats_loop.second_pass(q_s, k, spec, m_u, r_u, band, ids, before, False,
+                                       None, rows, keep, False, extras_only=True)
+        rest["row_weights"] = more["row_weights"]
     zero = torch.zeros_like(lse)
     max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
     argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
