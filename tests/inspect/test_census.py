@@ -271,11 +271,13 @@ def test_sharpest_rows_are_the_late_rows_with_the_largest_top_weight():
 
 
 def test_long_calls_use_the_spare_cpus_and_give_the_callers_threads_back(monkeypatch):
-    """A census on an oversubscribed machine runs on the CPUs left free (here: 4 CPUs, a
-    load of 3.4, so 2 threads), and the caller's setting is back afterwards, even when the
-    call fails."""
+    """A census on an oversubscribed machine runs on the CPUs left free (here: 4 CPUs, 2.4
+    kept busy by other processes, so 2 threads), and the caller's setting is back afterwards,
+    even when the call fails."""
     import os
     import sys
+
+    from attnlab import _threads
 
     census_module = sys.modules["attnlab.inspect.collect"]     # where the census calls it
     seen = []
@@ -287,7 +289,7 @@ def test_long_calls_use_the_spare_cpus_and_give_the_callers_threads_back(monkeyp
 
     monkeypatch.setattr(census_module, "attention_stats", spy)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.4, 3.0, 3.0))
+    monkeypatch.setattr(_threads, "busy_cpus", lambda: 2.4)
     before = torch.get_num_threads()
     torch.set_num_threads(4)
     try:
@@ -299,3 +301,26 @@ def test_long_calls_use_the_spare_cpus_and_give_the_callers_threads_back(monkeyp
         assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_load_is_other_processes_now_not_this_ones_last_minute(monkeypatch):
+    """busy_cpus reads the runnable threads of other processes now: this process's own
+    running threads are not counted, and where /proc cannot be read the 1-minute average
+    less this process stands in."""
+    import os
+
+    from attnlab import _threads
+
+    monkeypatch.setattr(_threads, "_running", lambda path: 3)       # 3 runnable, 1 of them ours
+    monkeypatch.setattr(_threads, "_own_running", lambda: 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0, 2.0, 2.0))   # our own last minute
+    assert _threads.busy_cpus(gap_s=0) == 2.0
+    monkeypatch.setattr(_threads, "_own_running", lambda: 3)
+    assert _threads.busy_cpus(gap_s=0) == 0.0
+
+    def unreadable(path):
+        raise OSError(path)
+
+    monkeypatch.setattr(_threads, "_running", unreadable)
+    assert _threads.busy_cpus(gap_s=0) == 1.0
+    assert _threads._own_running() >= 1                 # the thread that asks is running
