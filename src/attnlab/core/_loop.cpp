@@ -322,16 +322,10 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   int64_t* ap = argmax.data_ptr<int64_t>();
   bool* tp = tied.data_ptr<bool>();
   float* msp = masses.data_ptr<float>();
-  // max_j |k_j| per K/V head (for the bound of rows that need no shift)
-  std::vector<float> kmax(k.size(0), 0.0f);
-  for (int64_t h = 0; h < k.size(0); ++h) {
-    for (int64_t j = 0; j < NK; ++j) {
-      const float* kr = kp + (h * NK + j) * DK;
-      float n2 = 0.0f;
-      for (int d = 0; d < DK; ++d) n2 += kr[d] * kr[d];
-      kmax[h] = std::max(kmax[h], std::sqrt(n2));
-    }
-  }
+  // max_j |k_j| per K/V head (for the bound of rows that need no shift), by ATen's vectorized
+  // and threaded reductions (a serial loop here cost about 1% of a forward at N = 4096)
+  const auto kmax_t = k.mul(k).sum(-1).amax(-1).sqrt_().contiguous();
+  const float* kmax = kmax_t.data_ptr<float>();
   const bool has_keep = stats && keep.defined() && keep.numel() > 0;
   const bool has_rows = stats && row_slot.defined() && row_slot.numel() > 0;
   const bool pooled = stats && gk > 0;
