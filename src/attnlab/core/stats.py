@@ -21,7 +21,9 @@ entropy ``H = lse - E_p[s]``), the mean key position (the distance) and the sink
 sweep, and a model run by the census (:mod:`attnlab.inspect.census`) takes its attention output
 from that same pass. The second pass then finds the largest weights (a max of the scores), the
 band's masses (only on the tiles the band reaches), prefix matching and, where asked, the
-column sums, pooled maps and rows.
+column sums, pooled maps and rows. On the compiled tile loop (:mod:`attnlab.core._stats_loop`)
+the forward keeps all of these itself, the entropy from ``sum p (s - m)``, and only rows picked
+by a function of the largest weights take a second pass.
 
 Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-right alignment):
 
