@@ -184,10 +184,14 @@ inline void fold_max(const float* row, int cols, float top, int64_t j0, float& b
 }
 
 // Adds a tile row's weights p (keys j0 .. j1-1, query at aligned position pos) to its masses:
-// m[0] the previous key, m[1] the key itself, m[2] the keys within band_w; with ids (token of
-// the query `tok`), m[3] keys after an earlier copy of it (before[j] == tok), m[4] copies.
+// m[0] the previous key, m[1] the key itself, m[2] the keys within band_w; with the token
+// occurrences (occ: every position, sorted by token then position; g: where the query's token
+// runs in occ, and whether it equals before[0]), over the keys before pos, m[3] the keys that
+// follow an earlier copy of the token (prefix matching: before[j] = ids[j - 1] == token) and
+// m[4] the copies. Only the copies are visited (two binary searches per row and tile), not
+// every key.
 inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int64_t band_w,
-                       const int32_t* ids, const int32_t* before, int32_t tok, float* m) {
+                       const int32_t* occ, const int32_t* g, float* m) {
   const int64_t lo = std::max<int64_t>(j0, pos - band_w);
   const int64_t hi = std::min<int64_t>(j1 - 1, pos + band_w);
   for (int64_t j = lo; j <= hi; ++j) {
@@ -195,24 +199,21 @@ inline void add_masses(const float* p, int64_t j0, int64_t j1, int64_t pos, int6
     if (j == pos - 1) m[0] += p[j - j0];
     if (j == pos) m[1] += p[j - j0];
   }
-  if (ids == nullptr) return;
+  if (occ == nullptr) return;
   const int64_t stop = std::min<int64_t>(j1, pos);
-  const vi vt = vi{} + tok;
-  vf vm = vf{}, vd = vf{};
-  int64_t j = j0;
-  for (; j + W <= stop; j += W) {
-    vi b, d;
-    std::memcpy(&b, before + j, sizeof b);
-    std::memcpy(&d, ids + j, sizeof d);
-    const vf pv = load(p + (j - j0));
-    vm += b == vt ? pv : vf{};
-    vd += d == vt ? pv : vf{};
+  if (stop <= j0) return;
+  const int32_t* a = occ + g[0];
+  const int32_t* b = occ + g[1];
+  float d_sum = 0.0f, m_sum = 0.0f;
+  for (const int32_t* o = std::lower_bound(a, b, static_cast<int32_t>(j0)); o < b && *o < stop;
+       ++o) {
+    d_sum += p[*o - j0];
   }
-  float m_sum = hsum(vm), d_sum = hsum(vd);
-  for (; j < stop; ++j) {
-    m_sum += before[j] == tok ? p[j - j0] : 0.0f;
-    d_sum += ids[j] == tok ? p[j - j0] : 0.0f;
+  for (const int32_t* o = std::lower_bound(a, b, static_cast<int32_t>(j0 - 1));
+       o < b && *o + 1 < stop; ++o) {
+    m_sum += p[*o + 1 - j0];
   }
+  if (j0 == 0 && g[2] != 0) m_sum += p[0];         // before[0] (no earlier key) is the token
   m[3] += m_sum;
   m[4] += d_sum;
 }
@@ -259,7 +260,8 @@ inline void add_extras(const float* p, int64_t j0, int64_t j1, float* col, float
 // position and the mass on keys [sink_start, sink_start + sink_count); with `masses` also
 // (see stats_pass below for what each is) the largest score (log2 units), its first key and
 // ties, and the masses on the previous key, the key itself, the keys within band_w, prefix
-// matches and duplicates (with ids). Every row then takes the shifted path.
+// matches and duplicates (with the token occurrences, see add_masses). Every row then takes
+// the shifted path.
 // With `extras` (columns, pooled maps or rows: see stats_pass), a task owns a whole head and
 // keeps its query block's unnormalized weights for every key (block_q x N_k floats) with the
 // shift each tile used; once the block's rows are done, each row is normalized tile by tile
@@ -268,8 +270,8 @@ inline void add_extras(const float* p, int64_t j0, int64_t j1, float* col, float
 static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tensor v,
                                             int64_t groups, int64_t off, int64_t left,
                                             int64_t right, double cap, int64_t block_q,
-                                            int64_t block_k, bool stats, at::Tensor ids,
-                                            at::Tensor before, int64_t band_w,
+                                            int64_t block_k, bool stats, at::Tensor occ,
+                                            at::Tensor group, int64_t band_w,
                                             at::Tensor diag, int64_t sink_start,
                                             int64_t sink_count, bool with_masses,
                                             bool columns = false, at::Tensor keep = {},
@@ -290,14 +292,16 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
   float* op = out.data_ptr<float>();
   float* lp = lse.data_ptr<float>();
   const float fcap = static_cast<float>(cap);
-  const bool has_ids = stats && with_masses && ids.numel() > 0;
+  const bool has_ids = stats && with_masses && occ.numel() > 0;
   constexpr int NS = 8;          // prev, self, local, match, dup masses; A; sum p j; sink mass
   if (has_ids) {
-    ids = ids.to(at::kInt).contiguous();
-    before = before.to(at::kInt).contiguous();
+    occ = occ.to(at::kInt).contiguous();
+    group = group.to(at::kInt).contiguous();
+    TORCH_CHECK(group.dim() == 2 && group.size(1) == 3 && group.size(0) >= NQ,
+                "group must be (N, 3) int32 with a row per query");
   }
-  const int32_t* idp = has_ids ? ids.data_ptr<int32_t>() : nullptr;
-  const int32_t* bfp = has_ids ? before.data_ptr<int32_t>() : nullptr;
+  const int32_t* ocp = has_ids ? occ.data_ptr<int32_t>() : nullptr;
+  const int32_t* grp = has_ids ? group.data_ptr<int32_t>() : nullptr;
   const bool has_diag = diag.numel() > 0;
   if (has_diag) {
     diag = diag.contiguous();
@@ -456,7 +460,7 @@ static std::vector<at::Tensor> forward_impl(at::Tensor q, at::Tensor k, at::Tens
           }
           if (stats && with_masses) {
             float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
+            add_masses(row, j0, j1, i + off, band_w, ocp, has_ids ? grp + 3 * i : nullptr, m);
             for (int x = 0; x < 5; ++x) mass[x * block_q + r] += m[x];
           }
         }
@@ -526,15 +530,15 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Te
                       at::Tensor(), at::Tensor(), 0, diag, 0, 0, false);
 }
 
-std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ids,
-                                      at::Tensor before, at::Tensor keep, at::Tensor row_slot,
+std::vector<at::Tensor> forward_stats(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor occ,
+                                      at::Tensor group, at::Tensor keep, at::Tensor row_slot,
                                       int64_t n_rows, int64_t groups, int64_t off,
                                       int64_t left, int64_t right, int64_t band_w,
                                       int64_t sink_start, int64_t sink_count, bool masses,
                                       bool columns, int64_t cq, int64_t ck, int64_t gq,
                                       int64_t gk, int64_t block_q, int64_t block_k) {
-  return forward_impl(q, k, v, groups, off, left, right, 0.0, block_q, block_k, true, ids,
-                      before, band_w, at::Tensor(), sink_start, sink_count, masses, columns,
+  return forward_impl(q, k, v, groups, off, left, right, 0.0, block_q, block_k, true, occ,
+                      group, band_w, at::Tensor(), sink_start, sink_count, masses, columns,
                       keep, row_slot, n_rows, cq, ck, gq, gk);
 }
 
@@ -655,8 +659,8 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
 // asked for (row_slot[i] >= 0). One task per head: it owns its columns, cells and rows.
 // Optional tensors are passed empty. mode 1: only the first three (maxima); mode 2: only the
 // columns, pooled maps and rows (the forward gave the rest); 0: all.
-std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor ids,
-                                   at::Tensor before, at::Tensor keep, at::Tensor row_slot,
+std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor occ,
+                                   at::Tensor group, at::Tensor keep, at::Tensor row_slot,
                                    int64_t n_rows, int64_t groups, int64_t off, int64_t left,
                                    int64_t right, int64_t band_w, bool columns, int64_t cq,
                                    int64_t ck, int64_t gq, int64_t gk, int64_t block_q,
@@ -665,11 +669,11 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
               "the compiled statistics pass takes float32");
   q = q.contiguous(); k = k.contiguous(); shift = shift.contiguous();
   const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1);
-  const bool has_ids = ids.numel() > 0, has_keep = keep.numel() > 0;
+  const bool has_ids = occ.numel() > 0, has_keep = keep.numel() > 0;
   const bool has_rows = row_slot.numel() > 0, pooled = gk > 0;
   if (has_ids) {
-    ids = ids.to(at::kInt).contiguous();
-    before = before.to(at::kInt).contiguous();
+    occ = occ.to(at::kInt).contiguous();
+    group = group.to(at::kInt).contiguous();
   }
   if (has_keep) keep = keep.contiguous();
   if (has_rows) row_slot = row_slot.contiguous();
@@ -688,8 +692,8 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* shp = shift.data_ptr<float>();
-  const int32_t* idp = has_ids ? ids.data_ptr<int32_t>() : nullptr;
-  const int32_t* bfp = has_ids ? before.data_ptr<int32_t>() : nullptr;
+  const int32_t* ocp = has_ids ? occ.data_ptr<int32_t>() : nullptr;
+  const int32_t* grp = has_ids ? group.data_ptr<int32_t>() : nullptr;
   const float* kpp = has_keep ? keep.data_ptr<float>() : nullptr;
   const int64_t* slp = has_rows ? row_slot.data_ptr<int64_t>() : nullptr;
   float* bp = best.data_ptr<float>();
@@ -744,7 +748,8 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
             for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
             if (mode != 2) {
               float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-              add_masses(row, j0, j1, i + off, band_w, idp, bfp, has_ids ? idp[i] : 0, m);
+              add_masses(row, j0, j1, i + off, band_w, ocp, has_ids ? grp + 3 * i : nullptr,
+                         m);
               pv[at] += m[0];
               ow[at] += m[1];
               lc[at] += m[2];
@@ -772,11 +777,11 @@ TORCH_LIBRARY(attnlab_loop, m) {
   m.def("backward(Tensor q, Tensor q_raw, Tensor k, Tensor v, Tensor diag, Tensor lse, "
         "Tensor d_out, Tensor delta, int groups, int off, int left, int right, float cap, "
         "int block_q, int block_k, bool diag_grad) -> Tensor[]", &backward);
-  m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor ids, Tensor before, Tensor keep, "
+  m.def("forward_stats(Tensor q, Tensor k, Tensor v, Tensor occ, Tensor group, Tensor keep, "
         "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
         "int sink_start, int sink_count, bool masses, bool columns, int cq, int ck, int gq, "
         "int gk, int block_q, int block_k) -> Tensor[]", &forward_stats);
-  m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor ids, Tensor before, Tensor keep, "
+  m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor occ, Tensor group, Tensor keep, "
         "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
         "bool columns, int cq, int ck, int gq, int gk, int block_q, int block_k, "
         "int mode) -> Tensor[]", &stats_pass);

@@ -48,16 +48,19 @@ def first_pass(q, k, v, spec, sink: tuple[int, int], row_stats, extras=None):
 
 
 def _tokens(ids, before, none_i) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ids`` and ``before`` as int32, as the loop compares them (a vector at a time); ids
-    outside int32 are renumbered first, together, so that equal stays equal."""
+    """The token occurrences as the loop reads them: ``occ``, every position sorted by token
+    (then position), and ``group (N, 3)``: for the token at each position, where its run in
+    ``occ`` starts and ends, and whether ``before[0]`` equals it. ``before`` is ``ids`` one
+    position later (``before[j] = ids[j - 1]``), as the census builds it."""
     if ids is None:
         return none_i, none_i
     ids, before = ids.to(none_i.device, torch.long), before.to(none_i.device, torch.long)
-    limit = 2 ** 31 - 1
-    if ids.numel() and (int(ids.max()) > limit or int(ids.min()) < -limit):
-        _, inverse = torch.unique(torch.cat([ids, before]), return_inverse=True)
-        ids, before = inverse[:ids.numel()], inverse[ids.numel():]
-    return ids.int(), before.int()
+    order = torch.argsort(ids, stable=True)
+    ranked = ids[order]
+    group = torch.stack([torch.searchsorted(ranked, ids), torch.searchsorted(ranked, ids,
+                                                                             right=True),
+                         (ids == before[0]).long()], 1)
+    return order.int(), group.int().contiguous()
 
 
 def _extras_args(spec, n_bh: int, pooled, rows, keep, dev, dt) -> dict:
