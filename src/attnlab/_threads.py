@@ -34,7 +34,7 @@ def _own_running() -> int:
     return n
 
 
-def busy_cpus(samples: int = 5, gap_s: float = 0.01) -> float:
+def busy_cpus(samples: int = 3, gap_s: float = 0.005) -> float:
     """The CPUs other processes keep busy now: the kernel's count of runnable threads
     (``/proc/loadavg``) less this process's own, the median of ``samples`` reads ``gap_s``
     apart; where /proc cannot be read, the 1-minute load average less 1 (this process)."""

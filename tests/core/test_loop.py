@@ -173,8 +173,9 @@ def test_tiled_module_exposes_the_loop_choice():
     assert tiled.loop is loop
 
 
-@pytest.mark.parametrize("sizes", [(16, 32), (13, 20)])     # key tiles a multiple of the
-@pytest.mark.parametrize("extras", ["none", "named rows", "picked rows"])   # vector width, not
+# key tiles a multiple of the vector width, and (13 x 20, with named rows) not
+@pytest.mark.parametrize("sizes, extras", [((16, 32), "none"), ((16, 32), "named rows"),
+                                           ((16, 32), "picked rows"), ((13, 20), "named rows")])
 @pytest.mark.parametrize("kind", [{"causal": True}, {"window": (7, 0)}])
 @pytest.mark.parametrize("n_q, n_k", [(45, 45), (30, 50), (50, 30)])
 def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n_k, extras,
