@@ -38,6 +38,10 @@ def _kinds(slopes, table):
         "far keys only": {"mask": lambda b, h, qi, ki: (qi - ki) >= 30},
         "alibi, mask and window": {"score_mod": _alibi(slopes), "window": (9, 2),
                                    "mask": lambda b, h, qi, ki: (qi - ki) != 1},
+        "window mask and causal": {"mask": lambda b, h, qi, ki: (qi - ki).abs() <= 5,
+                                   "causal": True},          # two bands: their intersection
+        "mask narrowing a window": {"mask": lambda b, h, qi, ki: (qi - ki) >= -3,
+                                    "window": (4, 6)},
     }
 
 
