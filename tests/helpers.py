@@ -128,3 +128,15 @@ def open_report(path, viewport=(1300, 1600), timeout_ms: int = 10_000):
             yield report
         finally:
             browser.close()
+
+
+def assert_close_by_name(names, got, want, tol):
+    """Each pair of ``got`` / ``want`` (named by ``names``) agrees within ``tol`` of the larger
+    of 1 and ``want``'s largest magnitude, with -inf in the same places and nothing else
+    non-finite in ``got``."""
+    for name, a, b in zip(names, got, want):
+        assert torch.equal(torch.isneginf(a), torch.isneginf(b)), name
+        a, b = torch.nan_to_num(a, neginf=0.0), torch.nan_to_num(b, neginf=0.0)
+        assert torch.isfinite(a).all(), name
+        scale = b.abs().max().clamp_min(1.0)
+        assert (a - b).abs().max() <= tol * scale, (name, float((a - b).abs().max()))

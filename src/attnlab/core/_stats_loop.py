@@ -100,27 +100,19 @@ def _extras_out(received, p_sum, p_max, row_w, x: dict, columns, pooled, rows, s
     return out
 
 
-def second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns, pooled, rows, keep,
-                maxima_only, extras_only: bool = False) -> dict:
-    """:func:`_second_pass_rows` on the compiled loop (``stats_pass`` of ``_loop.cpp``): the
-    same quantities, one C++ task per head; ``extras_only``: only the columns, pooled maps and
-    rows (the compiled forward gave the rest; the dict's other entries are then not filled;
-    with rows alone, only the query blocks that hold one are computed)."""
+def second_pass(q_s, k, spec, m_u, r_u, rows, keep) -> dict:
+    """The rows picked from the forward's maxima (``stats_pass`` of ``_loop.cpp``, mode 2 with
+    rows alone: only the query blocks that hold one are computed), once every row's shift is
+    known; ``{"row_weights": (BH, R, N_k)}``."""
     dev, dt = q_s.device, q_s.dtype
     none_i = torch.empty(0, dtype=torch.long, device=dev)
-    x = _extras_args(spec, q_s.shape[0], pooled, rows, keep, dev, dt)
+    x = _extras_args(spec, q_s.shape[0], None, rows, keep, dev, dt)
     block_q, block_k = sizes()
-    (best, argmax, tied, prev, own, local, match, dup, received, p_sum, p_max,
-     row_w) = torch.ops.attnlab_loop.stats_pass(
-        q_s.contiguous(), k.contiguous(), (m_u + r_u).to(dt).contiguous(),
-        *_tokens(ids, before, none_i), x["keep"], x["slot"],
-        x["n_rows"], spec.kv_groups, *loop.band_args(spec), int(band), bool(columns),
-        *x["cells"], block_q, block_k, 1 if maxima_only else 2 if extras_only else 0)
-    return {"best": best, "argmax": argmax, "tied": tied, "prev_mass": prev, "self_mass": own,
-            "next_mass": torch.zeros_like(prev), "local_mass": local,
-            "match_mass": match if ids is not None else None,
-            "dup_mass": dup if ids is not None else None,
-            **_extras_out(received, p_sum, p_max, row_w, x, columns, pooled, rows, spec)}
+    out = torch.ops.attnlab_loop.stats_pass(
+        q_s.contiguous(), k.contiguous(), (m_u + r_u).to(dt).contiguous(), none_i, none_i,
+        x["keep"], x["slot"], x["n_rows"], spec.kv_groups, *loop.band_args(spec), 0, False,
+        *x["cells"], block_q, block_k, 2)
+    return {"row_weights": out[11][:, x["inverse"]]}
 
 
 def cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:

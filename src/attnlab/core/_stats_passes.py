@@ -89,12 +89,9 @@ def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, col
     """The rest once every row's ``lse = m + r`` is known (the tiles' units), in one pass over
     the tiles: the largest weight and its key (a max of the scores), the previous-token and
     local mass on the tiles the band reaches, prefix matching (with ids), and what
-    :func:`_second_pass` adds (column sums, pooled maps, rows) where asked. Runs on the compiled
-    loop where it is built (:func:`attnlab.core._stats_loop.second_pass`); ``maxima_only``: the
-    caller reads only the maxima (the compiled pass then skips the rest)."""
-    if q_s.dtype == torch.float32 and loop.wanted(spec):
-        return _stats_loop.second_pass(q_s, k, spec, m_u, r_u, band, ids, before, columns,
-                                       pooled, rows, keep, maxima_only)
+    :func:`_second_pass` adds (column sums, pooled maps, rows) where asked. The eager loop's
+    (where the compiled loop runs, its forward keeps all of this); ``maxima_only``: the caller
+    reads only the maxima."""
     n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
     dev, dt = q_s.device, m_u.dtype
     block_q, block_k = sizes()
@@ -245,8 +242,7 @@ def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: b
         rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
                                  pooled, rows, keep)
     elif pick is not None and rows is not None:     # rows known only now: their blocks again
-        more = _stats_loop.second_pass(q_s, k, spec, m_u, r_u, band, ids, before, False,
-                                       None, rows, keep, False, extras_only=True)
+        more = _stats_loop.second_pass(q_s, k, spec, m_u, r_u, rows, keep)
         rest["row_weights"] = more["row_weights"]
     zero = torch.zeros_like(lse)
     max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
