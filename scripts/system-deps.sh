@@ -6,9 +6,9 @@
 #   pdflatex        `attnlab paper` in English (TeX Live)
 #   xelatex + ctex  `attnlab paper` in Chinese
 #   pdftoppm        the compiled pages turned into images (poppler)
-#   g++             the C++ compiler of attnlab's compiled tile loop (attnlab.core.loop) and
+#   g++             the C++ compiler of attnlab's compiled tile loop (attnlab.core.engine.compiled.loop) and
 #                   of torch.compile (inductor), which builds its fused tile modifiers
-#                   (attnlab.core.compiled); without it both run eagerly
+#                   (attnlab.core.engine.modifiers.fused); without it both run eagerly
 #   bible           the King James Bible (bible-kjv, with bible-kjv-text): the kjv model's
 #                   held-out text, and its training text (scripts/train_zoo.py kjv)
 # Where it cannot install (not root, no apt-get), it stops with one line naming the command.

@@ -270,7 +270,7 @@ STAT_LOOPS = (r"xlogy\(", r"\*\s*torch\.log2?\(", r"\[\.\.\., *0\]\.(sum|mean)\(
               r"\.log\(\)\)?\.sum\(")
 STAT_LOOPS_ALLOWED = {
     "core/stats.py": "the definitions",
-    "core/_stats_passes.py": "the tile passes of core/stats.py's attention_stats",
+    "core/engine/eager/stats.py": "the eager tile passes of core/stats.py's attention_stats",
     "testing/exercises/heads.py": "exercise 15.1's expected values: the dense formula a "
                                   "learner's one-pass answer is checked against",
     "inspect/metrics.py": "the Jensen-Shannon divergence between two heads' rows (entropies of "
@@ -363,30 +363,69 @@ def test_no_package_imports_another_packages_private_names():
 
 def test_a_planted_private_import_is_caught(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text("from attnlab.core.tiles import _private_helper\n"
+    planted.write_text("from attnlab.core.engine.tiles import _private_helper\n"
                        "from attnlab.nn import _hidden\n"
                        "from attnlab._files import write_text_atomic\n")
     assert _private_imports(planted, "attnlab.inspect.planted") == [
-        ("attnlab.core.tiles", "_private_helper"), ("attnlab.nn", "_hidden")]
+        ("attnlab.core.engine.tiles", "_private_helper"), ("attnlab.nn", "_hidden")]
 
 
 def test_every_path_in_the_architecture_page_exists():
     """docs/architecture.md's tree of src/attnlab/ names only files and folders that exist (its
     indentation gives each name's folder), so the page cannot keep a moved or deleted module."""
+    paths = _architecture_tree()
+    assert len(paths) > 100, len(paths)
+    assert not (missing := [p for p in paths if not ROOT.joinpath(p).exists()]), missing
+
+
+def _architecture_tree() -> list[str]:
+    """The paths under src/attnlab/ that docs/architecture.md's tree names, in order."""
     page = (ROOT.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
     tree = page.split("```\nsrc/attnlab/\n", 1)[1].split("```", 1)[0]
-    stack, missing, seen = [], [], 0
+    stack, paths = [], []
     for line in tree.splitlines():
         body = line.lstrip(" ")
         name = body.split(" ", 1)[0]
-        if not (name.endswith(".py") or name.endswith("/")):
+        if not (name.endswith((".py", ".cpp")) or name.endswith("/")):
             continue                                    # a continued description
         depth = (len(line) - len(body)) // 2 - 1
         if depth < 0 or depth > len(stack):
             continue
         stack[depth:] = [name.rstrip("/")]
-        seen += 1
-        if not ROOT.joinpath(*stack).exists():
-            missing.append("/".join(stack))
-    assert seen > 100, seen
-    assert not missing, missing
+        paths.append("/".join(stack))
+    return paths
+
+
+def test_the_architecture_page_names_every_module_of_the_core():
+    """Every module of core/ (the tile engine's folders and its C++ source included) is in the
+    page's tree, under the folder it is in: a newcomer reads the engine's layout there."""
+    named = set(_architecture_tree())
+    files = [p.relative_to(ROOT).as_posix() for p in (ROOT / "core").rglob("*")
+             if p.suffix in (".py", ".cpp") and p.name != "__init__.py"
+             and "__pycache__" not in p.parts]
+    assert not (absent := sorted(set(files) - named)), absent
+
+
+# Inside core/, the arrows point down: the backends and the statistics' face sit above the
+# registry and the engine; the engine's eager reference imports nothing of its compiled path.
+CORE_FORBIDDEN = {
+    "core/engine/": ("attnlab.core.backends", "attnlab.core.registry", "attnlab.core.stats",
+                     "attnlab.core.api"),
+    "core/engine/eager/": ("attnlab.core.engine.compiled",),
+    "core/registry.py": ("attnlab.core.backends", "attnlab.core.api"),
+    "core/spec.py": ("attnlab.core.backends", "attnlab.core.engine", "attnlab.core.registry"),
+}
+
+
+def test_no_arrow_back_up_inside_core():
+    bad = []
+    for path in (ROOT / "core").rglob("*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        banned = [b for prefix, names in CORE_FORBIDDEN.items() if rel.startswith(prefix)
+                  for b in names]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{rel} -> {m}" for m in mods for b in banned
+                    if m == b or m.startswith(b + ".")]
+    assert not bad, bad

@@ -1,7 +1,7 @@
-"""The compiled tile modifier (attnlab.core.compiled) against the eager path it replaces and
-the float64 reference: outputs, lse, gradients (also of a captured learnable table) and the
-census statistics, for every mask kind, at lengths that cross tiles, N_q > N_k and N_q < N_k;
-and what happens where it cannot compile."""
+"""The compiled tile modifier (attnlab.core.engine.modifiers.fused) against the eager path it
+replaces and the float64 reference: outputs, lse, gradients (also of a captured learnable table)
+and the census statistics, for every mask kind, at lengths that cross tiles, N_q > N_k and N_q <
+N_k; and what happens where it cannot compile."""
 
 import warnings
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlab import attention, masks
-from attnlab.core import compiled
+from attnlab.core.engine.modifiers import fused
 from attnlab.core.stats import attention_stats
 
 B, H = 2, 3
@@ -64,15 +64,15 @@ def test_compiled_equals_eager_and_reference(monkeypatch, modifier, mask, n_q, n
         kw["score_mod"] = alibi
     if modifier in ("softcap", "both"):
         kw["softcap"] = 2.0
-    before = len(compiled.report())
+    before = len(fused.report())
     fast = _run("1", monkeypatch, "tiled", q, k, v, **kw)
     eager = _run("0", monkeypatch, "tiled", q, k, v, **kw)
     ref = _run("0", monkeypatch, "reference", q, k, v, **kw)
     for a, b, c in zip(fast, eager, ref):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(a, c, rtol=1e-9, atol=1e-9)
-    assert len(compiled.report()) >= before          # compiled here, or earlier in the process
-    assert any(r["modifier"] in ("alibi", "softcap") for r in compiled.report())
+    assert len(fused.report()) >= before          # compiled here, or earlier in the process
+    assert any(r["modifier"] in ("alibi", "softcap") for r in fused.report())
 
 
 def test_float32_within_the_same_precision_reference(monkeypatch):
@@ -118,26 +118,26 @@ def test_statistics_the_same_compiled(monkeypatch):
 
 def test_small_calls_stay_eager_by_default(monkeypatch):
     monkeypatch.delenv("ATTNLAB_COMPILE", raising=False)
-    assert not compiled.wanted(compiled.MIN_ENTRIES - 1, torch.device("cpu"))
-    assert compiled.wanted(compiled.MIN_ENTRIES, torch.device("cpu")) == (
-        compiled.compiler() is not None)
+    assert not fused.wanted(fused.MIN_ENTRIES - 1, torch.device("cpu"))
+    assert fused.wanted(fused.MIN_ENTRIES, torch.device("cpu")) == (
+        fused.compiler() is not None)
 
 
 def test_no_compiler_warns_once_and_runs_eager(monkeypatch):
     monkeypatch.setenv("ATTNLAB_COMPILE", "1")
-    monkeypatch.setattr(compiled, "compiler", lambda: None)
-    monkeypatch.setattr(compiled, "_warned", False)
+    monkeypatch.setattr(fused, "compiler", lambda: None)
+    monkeypatch.setattr(fused, "_warned", False)
     q, k, v = _qkv(20, 20)
-    with pytest.warns(compiled.CompileWarning, match="no C\\+\\+ compiler") as seen:
+    with pytest.warns(fused.CompileWarning, match="no C\\+\\+ compiler") as seen:
         a = attention(q, k, v, score_mod=alibi, backend="tiled")
         b = attention(q, k, v, score_mod=alibi, backend="tiled")
-    assert len([w for w in seen if issubclass(w.category, compiled.CompileWarning)]) == 1
+    assert len([w for w in seen if issubclass(w.category, fused.CompileWarning)]) == 1
     torch.testing.assert_close(a, b)
 
 
 def test_a_failed_compile_falls_back_with_one_warning(monkeypatch):
     monkeypatch.setenv("ATTNLAB_COMPILE", "1")
-    monkeypatch.setattr(compiled, "_warned", False)
+    monkeypatch.setattr(fused, "_warned", False)
 
     def broken_compile(fn, **kw):
         def run(*a):
@@ -157,7 +157,7 @@ def test_a_failed_compile_falls_back_with_one_warning(monkeypatch):
     ref = attention(q, k, v, score_mod=half, backend="reference")
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(again, ref)
-    found = [w for w in seen if issubclass(w.category, compiled.CompileWarning)]
+    found = [w for w in seen if issubclass(w.category, fused.CompileWarning)]
     assert len(found) == 1 and "planted" in str(found[0].message)
 
 
@@ -175,4 +175,4 @@ def test_a_mistake_in_the_modifier_gets_the_eager_error(monkeypatch):
 def test_bad_setting_is_named(monkeypatch):
     monkeypatch.setenv("ATTNLAB_COMPILE", "yes")
     with pytest.raises(ValueError, match="ATTNLAB_COMPILE must be 0, 1 or auto, got 'yes'"):
-        compiled.wanted(10**9, torch.device("cpu"))
+        fused.wanted(10**9, torch.device("cpu"))

@@ -1,4 +1,4 @@
-"""auto on a CUDA GPU picks from the costs measured there (attnlab.core.backends._cuda_cost).
+"""auto on a CUDA GPU picks from the costs measured there (attnlab.core.cuda_cost).
 
 No GPU is needed: the request's spec is built from CPU tensors and its device replaced, which
 is all the registry reads to choose (nothing runs). The expected choices are the ones the H200
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnlab import masks
-from attnlab.core.backends._cuda_cost import RATES, _pairs_below, cuda_cost
+from attnlab.core.cuda_cost import RATES, _pairs_below, cuda_cost
 from attnlab.core.registry import get_backend, select_backend
 from attnlab.core.spec import build_spec
 

@@ -1,7 +1,7 @@
-"""The compiled tile loop (attnlab.core.loop) against the eager tile loop it replaces and the
-float64 reference: outputs, lse and gradients (through the output and through lse), for every
-band kind it takes, at lengths that cross tiles, N_q > N_k (rows that keep no key) and
-N_q < N_k, grouped-query heads, a softcap and half-precision inputs; which calls it leaves to
+"""The compiled tile loop (attnlab.core.engine.compiled.loop) against the eager tile loop it
+replaces and the float64 reference: outputs, lse and gradients (through the output and through
+lse), for every band kind it takes, at lengths that cross tiles, N_q > N_k (rows that keep no key)
+and N_q < N_k, grouped-query heads, a softcap and half-precision inputs; which calls it leaves to
 the eager loop; and what happens where it cannot be built."""
 
 import warnings
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from attnlab import attention
-from attnlab.core import loop
 from attnlab.core.backends import tiled
+from attnlab.core.engine.compiled import loop
 from tests.helpers import assert_close_by_name
 
 KINDS = {"none": {}, "causal": {"causal": True}, "window": {"window": (6, 3)},
@@ -144,10 +144,10 @@ def test_no_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
 
 def test_a_failed_build_says_what_the_compiler_said(monkeypatch, tmp_path):
     _fresh_state(monkeypatch, tmp_path)
-    bad = tmp_path / "_loop.cpp"
+    bad = tmp_path / "loop.cpp"
     bad.write_text("int broken = ;\n")
     monkeypatch.setattr(loop, "_SOURCE", bad)
-    with pytest.raises(loop.LoopUnavailable, match="failed to build _loop.cpp: .*error"):
+    with pytest.raises(loop.LoopUnavailable, match="failed to build loop.cpp: .*error"):
         loop.build()
     assert not list(tmp_path.glob("loop/*.so")) and not list(tmp_path.glob("loop/*.tmp*"))
 
@@ -156,7 +156,8 @@ def test_built_library_is_found_by_a_new_process(built):
     import subprocess
     import sys
 
-    code = ("from attnlab.core import loop; assert loop.available(build_if_missing=False); "
+    code = ("from attnlab.core.engine.compiled import loop; "
+            "assert loop.available(build_if_missing=False); "
             "print(loop.report()['path'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
@@ -181,7 +182,8 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
     maxima, and rows that count) a second pass for those."""
     import dataclasses
 
-    from attnlab.core import _stats_loop, _stats_passes
+    from attnlab.core.engine.compiled import stats as compiled_stats
+    from attnlab.core.engine.eager import stats as eager_stats
     from attnlab.core.stats import attention_stats
 
     more = extras != "none"
@@ -190,11 +192,11 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
             "picked rows": lambda top: top.amax(0).topk(3).indices}[extras]
     queries = (torch.arange(n_q) % 3 != 1) if more else None
     second, passes = [], []
-    real_second = _stats_loop.second_pass
-    monkeypatch.setattr(_stats_loop, "second_pass",
+    real_second = compiled_stats.rows_pass
+    monkeypatch.setattr(compiled_stats, "rows_pass",
                         lambda *a, **kw: second.append(1) or real_second(*a, **kw))
-    real_rows = _stats_passes._second_pass_rows
-    monkeypatch.setattr(_stats_passes, "_second_pass_rows",
+    real_rows = eager_stats.second_pass
+    monkeypatch.setattr(eager_stats, "second_pass",
                         lambda *a, **kw: passes.append(1) or real_rows(*a, **kw))
 
     tiles(tiled_sizes=sizes)
@@ -211,8 +213,8 @@ def test_statistics_on_the_compiled_loop(built, tiles, monkeypatch, kind, n_q, n
                 if isinstance(getattr(got, f.name), torch.Tensor)}
 
     calls = []
-    real_first = _stats_loop.first_pass
-    monkeypatch.setattr(_stats_loop, "first_pass",
+    real_first = compiled_stats.first_pass
+    monkeypatch.setattr(compiled_stats, "first_pass",
                         lambda *a: calls.append((a[5] is not None, a[6] is not None))
                         or real_first(*a))
     compiled = stats("1", torch.float32)

@@ -1,16 +1,17 @@
 """Score modifiers and mask functions of ``q_idx - kv_idx`` on the compiled tile loop
-(attnlab.core.diagonal, attnlab.core.loop): which functions are recognized from their graph,
-and, for each kind (ALiBi with learnable slopes, a per-(batch, head) table, comparisons, a
-softcap before the modifier, windows, causal and dilated masks, per-head masks, masks that
-leave rows empty), the compiled loop against the eager tile loop and the float64 reference on
-out, lse, dq, dk, dv and the gradients of the tensors the modifier captures, at lengths that
-cross tiles with N_q <, = and > N_k."""
+(attnlab.core.engine.modifiers.diagonal, attnlab.core.engine.compiled.loop): which functions are
+recognized from their graph, and, for each kind (ALiBi with learnable slopes, a per-(batch, head)
+table, comparisons, a softcap before the modifier, windows, causal and dilated masks, per-head
+masks, masks that leave rows empty), the compiled loop against the eager tile loop and the float64
+reference on out, lse, dq, dk, dv and the gradients of the tensors the modifier captures, at
+lengths that cross tiles with N_q <, = and > N_k."""
 
 import pytest
 import torch
 
 from attnlab import attention
-from attnlab.core import diagonal, loop
+from attnlab.core.engine.compiled import loop
+from attnlab.core.engine.modifiers import diagonal
 from tests.helpers import assert_close_by_name
 
 SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625])

@@ -183,7 +183,8 @@ def test_rows_picked_by_a_function_of_the_largest_weights(slow):
         attention_stats(q.float(), k.float(), causal=True, rows=lambda top: [100])
 
 
-FAST = {  # the first pass is the tiled forward itself (see _stats_passes._fast): causal-like masks
+# the first pass is the tiled forward itself (engine.eager.stats.forward_applies): causal-like
+FAST = {
     "causal": {"causal": True},
     "causal + window 30": {"causal": True, "window": 30},
     "causal + key padding": {"causal": True,

@@ -100,12 +100,16 @@ def test_sharded_equals_single_process_reference(world):
                 if name == "lse":
                     assert torch.equal(torch.isneginf(a), torch.isneginf(b)), describe(case)
             continue
-        if case.get("logit_std"):              # error flat in P: within 1.5x of P = 1's
+        plain = reference(case, dtype)         # the same-precision single-process reference
+        if case.get("logit_std"):
+            # error flat in P: within 1.5x of P = 1's, or of the same-precision reference's
+            # where P = 1 ran the compiled loop, whose error is smaller than the formula's
             one = simulated_one_rank(case, dtype)
             for name, i in (("out", 0), ("dq", 2), ("dk", 3)):
-                assert max_err(got[i], gold[i]) <= 1.5 * max_err(one[i], gold[i]), \
-                    (name, world, max_err(got[i], gold[i]), max_err(one[i], gold[i]))
-        plain = reference(case, dtype)         # the same-precision single-process reference
+                base = max(max_err(one[i], gold[i]), max_err(plain[i], gold[i]))
+                assert max_err(got[i], gold[i]) <= 1.5 * base, \
+                    (name, world, max_err(got[i], gold[i]), max_err(one[i], gold[i]),
+                     max_err(plain[i], gold[i]))
         floor = 4 * EPS[dtype] * (case.get("n_k", case["n_q"]) + case.get("d", 8)) ** 0.5
         for name, a, p, b in zip(("out", "lse", "dq", "dk", "dv"), got, plain, gold):
             scale = max(float(b[torch.isfinite(b)].abs().max()), 1.0)

@@ -1079,8 +1079,8 @@ def _stats_online(q, k, tile, dtype=None):
 
 
 def _stats_attnlab(q, k, tile):
+    from attnlab.core.engine.tiles import tile_sizes
     from attnlab.core.stats import attention_stats
-    from attnlab.core.tiles import tile_sizes
 
     with tile_sizes(tile, tile):
         st = attention_stats(q[None, None], k[None, None])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnlab.core.cuda_cost import cuda_cost
 from attnlab.core.spec import AttentionOutput, AttentionSpec
 
 BackendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec], AttentionOutput]
@@ -157,10 +158,8 @@ def get_backend(name: str) -> Backend:
 
 def _cost(backend: Backend, spec: AttentionSpec) -> float:
     """The backend's cost for ``auto``: on a CUDA GPU the measured table of
-    :mod:`attnlab.core.backends._cuda_cost` where it has a row, else the backend's own model."""
+    :mod:`attnlab.core.cuda_cost` where it has a row, else the backend's own model."""
     if spec.device.type == "cuda":
-        from attnlab.core.backends._cuda_cost import cuda_cost
-
         measured = cuda_cost(backend.name, spec)
         if measured is not None:
             return measured

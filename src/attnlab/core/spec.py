@@ -20,6 +20,13 @@ from attnlab.core.geometry import fold_band, validate_window
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a call with inputs of ``dtype`` is computed in: float32 for float16 and
+    bfloat16 (accumulated in float32 tile by tile, as flash kernels do), else ``dtype`` itself.
+    The one rule of the tiled, blocksparse and compiled loops and of the statistics."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """A checked request. Tensors q, k, v travel beside it, not inside it.
@@ -111,6 +118,11 @@ class AttentionSpec:
     def entries(self) -> int:
         """Number of scores, ``prod(batch_shape) * n_q * n_k``: the unit of the cost models."""
         return math.prod(self.batch_shape) * self.n_q * self.n_k
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the call is computed in (:func:`compute_dtype` of its inputs')."""
+        return compute_dtype(self.dtype)
 
     @property
     def mask_kind(self) -> str:

@@ -3,7 +3,7 @@
 :func:`attention_stats` answers the questions asked of attention at long context (where the
 sinks are, which heads stay local, how much attention each token receives) in memory linear
 in the sequence length. It walks the tiles of the ``tiled`` backend (the same scores, masks,
-bias, softcap and score_mod, :class:`attnlab.core.tiles.Tiles`) twice:
+bias, softcap and score_mod, :class:`attnlab.core.engine.tiles.Tiles`) twice:
 
 1. online, as the forward's softmax: ``m <- max(m, max_j s_ij)``,
    ``l <- l e^(m_old - m) + sum_j e^(s_ij - m)`` and, for each row statistic, the weighted sum
@@ -21,9 +21,9 @@ entropy ``H = lse - E_p[s]``), the mean key position (the distance) and the sink
 sweep, and a model run by the census (:mod:`attnlab.inspect.census`) takes its attention output
 from that same pass. The second pass then finds the largest weights (a max of the scores), the
 band's masses (only on the tiles the band reaches), prefix matching and, where asked, the
-column sums, pooled maps and rows. On the compiled tile loop (:mod:`attnlab.core._stats_loop`)
-the forward keeps all of these itself, the entropy from ``sum p (s - m)``, and only rows picked
-by a function of the largest weights take a second pass.
+column sums, pooled maps and rows. On the compiled tile loop
+(:mod:`attnlab.core.engine.compiled.stats`) the forward keeps all of these itself, the entropy from
+``sum p (s - m)``, and only rows picked by a function of the largest weights take a second pass.
 
 Per query row i (aligned position ``p_i = i + N_k - N_q``, attnlab's bottom-right alignment):
 
@@ -65,7 +65,7 @@ never NaN. ``queries=`` names the rows that count (a padded sequence's real toke
 are reported as rows with no key and add nothing to ``received``, the pooled maps or the rows.
 Weights are those of the softmax before dropout. :func:`reference_stats` computes
 the same from dense weights: the specification the tests hold the tiled pass to. The two passes
-themselves are in :mod:`attnlab.core._stats_passes`.
+themselves are in :mod:`attnlab.core.engine.eager.stats`.
 """
 
 from __future__ import annotations
@@ -76,9 +76,11 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.core._stats_passes import _fast, _tile_stats, _tile_stats_fast
-from attnlab.core.spec import build_spec
-from attnlab.core.tiles import tile_sizes
+from attnlab.core.engine.compiled import loop
+from attnlab.core.engine.compiled import stats as compiled_stats
+from attnlab.core.engine.eager import stats as eager_stats
+from attnlab.core.engine.tiles import Tiles, tile_sizes
+from attnlab.core.spec import build_spec, compute_dtype
 
 FIELDS = ("lse", "entropy", "max_weight", "argmax", "tied", "sink_mass", "prev_mass",
           "self_mass", "next_mass", "local_mass", "distance", "received")
@@ -183,7 +185,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
                       enable_gqa=enable_gqa)
     if spec.mask is not None and spec.mask.requires_grad:
         raise ValueError("attention_stats does not differentiate: pass mask.detach()")
-    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    compute = compute_dtype(q.dtype)
     n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
     with torch.no_grad():
         qf = q.expand(*spec.batch_shape, *q.shape[-2:]).reshape(n_bh, spec.n_q, spec.d_k)
@@ -217,18 +219,18 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = N
             def pick(top, _user=pick, _n=spec.n_q):         # the indices the function gives
                 return _checked_rows(_user(top), _n).to(top.device)
         with (tile_sizes(*block) if block is not None else contextlib.nullcontext()):
-            if _fast(spec, sink) and not slow and not health:
+            if eager_stats.forward_applies(spec, sink) and not slow and not health:
                 vf = None
                 if v is not None:
                     vf = v.expand(*spec.kv_batch_shape, *v.shape[-2:]).reshape(
                         n_kv, spec.n_k, v.shape[-1]).to(compute)
-                out = _tile_stats_fast(qf, kf, vf, spec, (sink_start, sink_keys), band,
+                out = _forward_based(qf, kf, vf, spec, (sink_start, sink_keys), band,
                                        columns, ids, pooled, rows, pick, keep_rows)
                 if out["out"] is not None:
                     out["out"] = out["out"].to(q.dtype)
             else:
-                out = _tile_stats(qf, kf, spec, sink, (sink_start, sink_keys), band, columns,
-                                  ids, pooled, rows, pick, keep_rows, health)
+                out = eager_stats.online_pass(qf, kf, spec, sink, (sink_start, sink_keys), band,
+                                             columns, ids, pooled, rows, pick, keep_rows, health)
         if keep_rows is not None:
             _drop_rows(out, keep_rows)
     shape = spec.batch_shape
@@ -307,3 +309,57 @@ def reference_stats(weights: torch.Tensor, *, lse: torch.Tensor | None = None,
             & (keys < pos))).sum(-1),
         dup_mass=None if ids is None else (w * ((ids[None, :] == ids[:, None])
                                                 & (keys < pos))).sum(-1))
+
+
+def _forward_based(q, k, v, spec, sink: tuple[int, int], band: int, columns: bool, ids,
+                     pooled=None, rows=None, pick=None, keep=None) -> dict:
+    """The statistics where :func:`~attnlab.core.engine.eager.stats.forward_applies` holds. Eager:
+    the forward with extra value columns, then one pass over the tiles for the maxima, the band's
+    masses, prefix matching and (where asked) the column sums, pooled maps and rows; rows picked by
+    a function cost a pass of maxima before it. Compiled: the forward keeps all of the row
+    statistics, maxima included, and the columns, pooled maps and named rows; rows picked from the
+    maxima take a second pass over the query blocks that hold them."""
+    before = None
+    if ids is not None:
+        before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
+    # the compiled forward gives the row statistics too (rest), and the columns, pooled maps
+    # and rows named in advance; the eager one gives none of them
+    wanted = columns or pooled is not None or (rows is not None and pick is None)
+    if loop.wanted(spec):
+        out, lse, entropy, distance, sink_mass, m_u, r_u, rest = compiled_stats.first_pass(
+            q, k, v, spec, sink, (band, ids, before),
+            (columns, pooled, rows if pick is None else None, keep) if wanted else None)
+    else:
+        out, lse, entropy, distance, sink_mass, m_u, r_u = eager_stats.forward_pass(
+            q, k, v, spec, sink)
+        rest = None
+    tiles = Tiles(spec, q.shape[0], None)
+    q_s = tiles.q_scaled(q)
+    empty = torch.isneginf(lse)
+    if pick is not None:    # rows picked by their largest weights (eager: a pass of maxima)
+        best = rest["best"] if rest is not None else eager_stats.second_pass(
+            q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None, None,
+            maxima_only=True)["best"]
+        top = torch.where(empty, torch.zeros_like(lse), tiles.exp(best - m_u - r_u))
+        if keep is not None:
+            top = torch.where(keep, top, torch.zeros_like(top))
+        rows = pick(top)
+    if rest is None:
+        rest = eager_stats.second_pass(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
+                                 pooled, rows, keep)
+    elif pick is not None and rows is not None:     # rows known only now: their blocks again
+        more = compiled_stats.rows_pass(q_s, k, spec, m_u, r_u, rows, keep)
+        rest["row_weights"] = more["row_weights"]
+    zero = torch.zeros_like(lse)
+    max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
+    argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
+    stats = {"lse": lse, "entropy": entropy, "max_weight": max_weight, "argmax": argmax,
+             "tied": rest["tied"] & ~empty,
+             "sink_mass": sink_mass, "prev_mass": rest["prev_mass"],
+             "self_mass": rest["self_mass"], "next_mass": rest["next_mass"],
+             "local_mass": rest["local_mass"], "distance": distance}
+    if ids is not None:
+        stats["match_mass"], stats["dup_mass"] = rest["match_mass"], rest["dup_mass"]
+    extra = {name: rest[name] for name in ("received", "pooled_mean", "pooled_max",
+                                           "row_weights")}
+    return {**stats, **extra, "row_index": rows, "out": out}

@@ -18,9 +18,9 @@ import torch
 from attnlab.core import geometry as G
 from attnlab.core import masks as M
 from attnlab.core.api import attention, no_dispatch
-from attnlab.core.backends.tiled import block_backward
+from attnlab.core.engine.eager.loop import block_backward
 from attnlab.core.softmax import merge_partials
-from attnlab.core.spec import build_spec
+from attnlab.core.spec import build_spec, compute_dtype
 from attnlab.distributed import layout as L
 from attnlab.distributed._checks import DTYPES
 
@@ -152,7 +152,7 @@ def block_grads(q, q_ranges, k, v, key_mask, k_ranges, opts: Options, out, lse, 
                 dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
     """Add the gradients of local queries against one K/V shard to ``dq``, ``dk``, ``dv`` (in
     place, accumulator dtype): each block's tile backward against the merged ``(out, lse)``
-    (:func:`attnlab.core.backends.tiled.block_backward`), which recomputes the block's
+    (:func:`attnlab.core.engine.eager.loop.block_backward`), which recomputes the block's
     probabilities from the global lse, so the blocks' gradients sum to the whole's. Nothing
     gradient-sized is allocated: every tile adds into the accumulators."""
     for (lq0, lq1), gq, (lk0, lk1), gk in pieces(q_ranges, k_ranges, opts):
@@ -172,4 +172,5 @@ def block_dtype_for(dtype: torch.dtype, given: torch.dtype | None) -> torch.dtyp
         if given not in DTYPES:
             raise TypeError(f"block_dtype must be one of {DTYPES} or None, got {given!r}")
         return given
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else None
+    compute = compute_dtype(dtype)
+    return compute if compute != dtype else None

@@ -19,7 +19,7 @@ Backward (a custom autograd function, nothing of the forward's graph is kept). W
 
 which for a flash-style tile backward is simply its usual backward run against the merged
 ``(O, lse)``: ``P = exp(S - lse)`` are the full softmax's entries in the shard's columns and
-``D = dO . O - dlse`` is per row (:func:`attnlab.core.backends.tiled.block_backward`). dQ
+``D = dO . O - dlse`` is per row (:func:`attnlab.core.engine.eager.loop.block_backward`). dQ
 stays home; dK and dV accumulate on accumulators that travel round the ring with their K/V shard
 and are sent back to the owner at the end.
 

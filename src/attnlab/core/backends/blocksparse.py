@@ -25,9 +25,9 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 
-from attnlab.core import loop
 from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
+from attnlab.core.engine.compiled import loop
 from attnlab.core.geometry import band_range
 from attnlab.core.layout import BlockLayout, block_layout
 from attnlab.core.registry import Capabilities, register_backend
@@ -39,7 +39,7 @@ from attnlab.core.softmax import (
     finite_or_zero,
     merge_partials,
 )
-from attnlab.core.spec import AttentionOutput, AttentionSpec
+from attnlab.core.spec import AttentionOutput, AttentionSpec, compute_dtype
 
 BLOCK = (128, 128)          # tiles of general layouts (the pure-band path uses _band.BLOCK)
 # Items computed together; bounds the gathered k/v and the score batch (~64 MiB at BH=8, G=8).
@@ -309,7 +309,7 @@ def blocksparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Differs from the reference only in the order of floating-point operations (and exp2 on
     log2-unit scores on the band path); q ``(..., N_q, D_k)``, k ``(..., N_k, D_k)``,
     v ``(..., N_k, D_v)``; out ``(..., N_q, D_v)``, lse ``(..., N_q)``."""
-    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    compute = compute_dtype(q.dtype)
     n_bh, n_kv = math.prod(spec.batch_shape), math.prod(spec.kv_batch_shape)
     qf = q.reshape(n_bh, spec.n_q, spec.d_k).to(compute)
     kf = k.reshape(n_kv, spec.n_k, spec.d_k).to(compute)              # own heads under GQA

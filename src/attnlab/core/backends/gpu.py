@@ -9,7 +9,7 @@ and by column), launches them, and wraps forward and backward in an autograd fun
 Where they run. On CUDA tensors; on CPU tensors only under Triton's interpreter
 (``TRITON_INTERPRET=1`` set before the first call), which is how the test suite checks them
 without a GPU. On CUDA, ``backend="auto"`` prices them with the costs measured on an H200
-(:mod:`attnlab.core.backends._cuda_cost`, ``docs/benchmarks.md``): SDPA keeps the plain and
+(:mod:`attnlab.core.cuda_cost`, ``docs/benchmarks.md``): SDPA keeps the plain and
 causal requests (its cuDNN and flash kernels are faster), ``triton`` takes windows, lse,
 softcap and per-sequence lengths, which SDPA serves only with a dense mask or not at all.
 Under the interpreter auto never picks them.
@@ -410,7 +410,7 @@ def _sparse_check(spec: AttentionSpec) -> str | None:
 
 def _never(spec: AttentionSpec) -> float:
     # Off CUDA (the interpreter, for tests) auto never picks them; on CUDA the registry prices
-    # them from the measured table (attnlab.core.backends._cuda_cost) before this is asked.
+    # them from the measured table (attnlab.core.cuda_cost) before this is asked.
     return float("inf")
 
 

@@ -4,9 +4,10 @@ ALiBi (``score - slopes[h] * (q_idx - kv_idx).abs()``), T5-style relative biases
 windows written as a ``score_mod`` or a mask function depend on where a score sits only through
 the distance ``q_idx - kv_idx`` (and the batch and head). Such a modifier is one number per
 diagonal and head: ``(B*H, N_q + N_k - 1)`` values, linear in the length, that the compiled
-tile loop (:mod:`attnlab.core.loop`) adds to each score as it computes it, with no pass of
-PyTorch operations per tile. A mask function of that kind is a set of diagonals: a contiguous
-set is a band (tiles outside it are never computed), any other set is a bias of 0 and -inf.
+tile loop (:mod:`attnlab.core.engine.compiled.loop`) adds to each score as it computes it, with no
+pass of PyTorch operations per tile. A mask function of that kind is a set of diagonals: a
+contiguous set is a band (tiles outside it are never computed), any other set is a bias of 0 and
+-inf.
 
 Which functions qualify is read from their graph, not guessed from values: the function is
 traced once with :func:`torch.fx.experimental.proxy_tensor.make_fx` on small real inputs

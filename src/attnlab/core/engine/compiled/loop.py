@@ -1,4 +1,4 @@
-"""The tiled backend's tile loop compiled as a whole (C++, ``_loop.cpp``), built on first use.
+"""The tiled backend's tile loop compiled as a whole (C++, ``loop.cpp``), built on first use.
 
 The eager tile loop of :mod:`attnlab.core.backends.tiled` issues a few PyTorch operations per
 ``(block_q, block_k)`` tile from Python. Here one C++ task owns a block of query rows of one
@@ -13,13 +13,14 @@ online softmax, ``P = exp2(S - lse log2 e)`` recomputed in the backward with
 What it takes (:func:`wanted`): float32 compute (float16 and bfloat16 inputs are computed in
 float32, as the eager loop does), CPU, the causal or window band or none, a softcap, and a
 ``score_mod`` or mask function that sees positions only through ``q_idx - kv_idx``
-(:mod:`attnlab.core.diagonal`: ALiBi, relative biases, sliding windows; such a mask function
-becomes the band where it keeps one run of diagonals). Tensor masks, other modifiers, dropout
-and float64 run the eager loop, which stays the reference the compiled one is tested against.
+(:mod:`attnlab.core.engine.modifiers.diagonal`: ALiBi, relative biases, sliding windows; such a
+mask function becomes the band where it keeps one run of diagonals). Tensor masks, other modifiers,
+dropout and float64 run the eager loop, which stays the reference the compiled one is tested
+against.
 
-Build. ``python -m attnlab.core.loop`` (run by ``make install``) compiles ``_loop.cpp`` with the
-system's C++ compiler (``$CXX``, else g++, c++ or clang++) for this machine (``-march=native``)
-against the installed torch, into ``$ATTNLAB_CACHE/loop``, else
+Build. ``python -m attnlab.core.engine.compiled.loop`` (run by ``make install``) compiles
+``loop.cpp`` with the system's C++ compiler (``$CXX``, else g++, c++ or clang++) for this machine
+(``-march=native``) against the installed torch, into ``$ATTNLAB_CACHE/loop``, else
 ``$XDG_CACHE_HOME/attnlab/loop``, else ``~/.cache/attnlab/loop``: about 45 s on 2 cores, once;
 every later process loads the library (:func:`report` gives both times). The file's name is a
 hash of the source, the flags, torch's version, the compiler and the CPU's features, so a
@@ -48,15 +49,15 @@ from pathlib import Path
 
 import torch
 
-from attnlab.core import diagonal
-from attnlab.core.tiles import LOG2E
+from attnlab.core.engine.modifiers import diagonal
+from attnlab.core.engine.tiles import LOG2E
 
 ENV = "ATTNLAB_LOOP"
 # In "auto", a call this large builds the loop when it is not yet built (the build costs
 # about 45 s on 2 cores, the eager loop on 8 x 2048^2 scores about 0.1 s).
 MIN_BUILD_ENTRIES = 8 * 2048 * 2048
 BUILD_TIMEOUT_S = 900
-_SOURCE = Path(__file__).with_name("_loop.cpp")
+_SOURCE = Path(__file__).with_name("loop.cpp")
 _FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-std=c++17", "-fPIC",
           "-shared")
 # a band side that is absent: larger than any position, small enough that i + off +- it
@@ -224,8 +225,8 @@ def takes(spec, modifiers: bool = False) -> bool:
     """Whether the call ``spec`` describes is one the compiled loop computes; with
     ``modifiers``, a ``score_mod`` and a mask function of ``q_idx - kv_idx`` are taken too (see
     :func:`modifiers`), else neither is."""
-    compute = torch.float32 if spec.dtype in (torch.float16, torch.bfloat16) else spec.dtype
-    if not (spec.device.type == "cpu" and compute == torch.float32 and spec.mask is None
+    if not (spec.device.type == "cpu" and spec.compute_dtype == torch.float32
+            and spec.mask is None
             and spec.dropout_p == 0 and spec.n_q > 0 and spec.n_k > 0):
         return False
     if spec.score_mod is None and spec.mask_fn is None:
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     built (the library then runs the eager loop), with one line saying why."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m attnlab.core.loop",
+    parser = argparse.ArgumentParser(prog="python -m attnlab.core.engine.compiled.loop",
                                      description="build attnlab's compiled tile loop")
     parser.add_argument("--force", action="store_true", help="rebuild even if built")
     args = parser.parse_args(argv)

@@ -21,8 +21,8 @@ import math
 
 import torch
 
-from attnlab.core import compiled
 from attnlab.core.dropout import keep_mask
+from attnlab.core.engine.modifiers import fused
 from attnlab.core.geometry import band_range, tile_keep, tile_of
 from attnlab.core.masks import materialize
 from attnlab.core.score_mod import apply as apply_score_mod
@@ -114,9 +114,9 @@ class Tiles:
         self.mod_grad = None                    # a score_mod.TileGrad in the backward pass
         # softcap, score_mod and the change to log2 units fused into one compiled pass
         self.fused = self.failed = None
-        if not self.plain and compiled.wanted(spec.entries, spec.device):
-            self.fused = compiled.modifier(spec.score_mod, spec.softcap,
-                                           LOG2E if bias is None else 1.0)
+        if not self.plain and fused.wanted(spec.entries, spec.device):
+            self.fused = fused.modifier(spec.score_mod, spec.softcap,
+                                        LOG2E if bias is None else 1.0)
 
     def q_scaled(self, q: torch.Tensor) -> torch.Tensor:
         """q times the score scale (and log2 e where q and k alone make the scores)."""
@@ -196,15 +196,15 @@ class Tiles:
         s = self.qk(q_s[:, i0:i1], k[:, j0:j1],
                     out=self.buffer("s", (self.n_bh, bq, bk), q_s))      # (BH, bq, bk)
         dcap = handle = None
-        fused = None
+        done = None
         if self.fused is not None and self.mod_grad is None and not cap_grad:
-            fused = self.fused(s, *self._idx(i0, i1, j0, j1))
-            if fused is not None and fused.shape != s.shape:     # broadcast: the eager path,
-                fused, self.fused = None, None                   # which expands it, from now on
-            elif fused is None:                          # it did not compile
+            done = self.fused(s, *self._idx(i0, i1, j0, j1))
+            if done is not None and done.shape != s.shape:     # broadcast: the eager path,
+                done, self.fused = None, None                  # which expands it, from now on
+            elif done is None:                          # it did not compile
                 self.failed, self.fused = self.fused, None
-        if fused is not None:
-            s = fused
+        if done is not None:
+            s = done
         elif not self.plain:
             spec.cap(s)                                          # before the mask, as Gemma 2
             dcap = spec.cap_grad(s) if cap_grad else None
@@ -219,11 +219,11 @@ class Tiles:
                 else:
                     s.copy_(mod)
             if self.failed is not None:               # the eager path ran it: say why, once
-                compiled.fell_back(self.failed)
+                fused.fell_back(self.failed)
                 self.failed = None
         if self.bias is not None:
             s += self._flat(tile_of(self.bias, (i0, i1), (j0, j1)), bq, bk).to(s.dtype)
-        elif not self.plain and spec.score_mod is None and fused is None:  # capped: to log2
+        elif not self.plain and spec.score_mod is None and done is None:  # capped: to log2
             s.mul_(LOG2E)
         if shift is not None:
             # A separate pass: baddbmm with a broadcast input is slower here than bmm + sub_.
@@ -252,3 +252,9 @@ def split_lse(m: torch.Tensor, r: torch.Tensor, base2: bool) -> torch.Tensor:
     """The natural log-sum-exp from its two parts; -inf on empty rows."""
     return torch.where(torch.isneginf(r), r, (m + r) * LN2 if base2 else m + r)
 
+
+def cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:
+    """How many of the n positions fall in each of the grid's cells (the last may be short)."""
+    sizes_ = torch.full((grid,), cell, dtype=dt, device=dev)
+    sizes_[-1] = n - cell * (grid - 1)
+    return sizes_

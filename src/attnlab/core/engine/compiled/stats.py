@@ -1,17 +1,18 @@
-"""The census's passes on the compiled tile loop (``forward_stats`` and ``stats_pass`` of
-:mod:`attnlab.core.loop`'s library): what :mod:`attnlab.core._stats_passes` computes with the
-eager tile loop, called from there where the loop is built and the call is one it takes."""
+"""The statistics' passes on the compiled tile loop (``forward_stats`` and ``rows_pass`` of
+:mod:`attnlab.core.engine.compiled.loop`'s library): what :mod:`attnlab.core.engine.eager.stats`
+computes on the eager loop, and is tested against. :mod:`attnlab.core.stats` calls them where
+the loop is built and takes the call."""
 
 from __future__ import annotations
 
 import torch
 
-from attnlab.core import loop
-from attnlab.core.tiles import LN2, sizes
+from attnlab.core.engine.compiled import loop
+from attnlab.core.engine.tiles import LN2, cell_sizes, sizes
 
 
 def first_pass(q, k, v, spec, sink: tuple[int, int], row_stats, extras=None):
-    """:func:`attnlab.core._stats_passes._forward_stats` on the compiled loop, whose forward
+    """:func:`attnlab.core.engine.eager.stats.forward_pass` on the compiled loop, whose forward
     (``forward_stats``) keeps the entropy, the mean key position and the sink mass per row as
     it goes (no extra value columns: the entropy comes from ``sum p (s - m)``, not from
     ``E_p[k]``). Returns the same ``(out or None, lse, entropy, distance, sink_mass, m, r,
@@ -100,23 +101,14 @@ def _extras_out(received, p_sum, p_max, row_w, x: dict, columns, pooled, rows, s
     return out
 
 
-def second_pass(q_s, k, spec, m_u, r_u, rows, keep) -> dict:
-    """The rows picked from the forward's maxima (``stats_pass`` of ``_loop.cpp``, mode 2 with
-    rows alone: only the query blocks that hold one are computed), once every row's shift is
-    known; ``{"row_weights": (BH, R, N_k)}``."""
+def rows_pass(q_s, k, spec, m_u, r_u, rows, keep) -> dict:
+    """The rows picked from the forward's maxima (``rows_pass`` of ``loop.cpp``: only the
+    query blocks that hold one are computed), once every row's shift is known;
+    ``{"row_weights": (BH, R, N_k)}``."""
     dev, dt = q_s.device, q_s.dtype
-    none_i = torch.empty(0, dtype=torch.long, device=dev)
     x = _extras_args(spec, q_s.shape[0], None, rows, keep, dev, dt)
     block_q, block_k = sizes()
-    out = torch.ops.attnlab_loop.stats_pass(
-        q_s.contiguous(), k.contiguous(), (m_u + r_u).to(dt).contiguous(), none_i, none_i,
-        x["keep"], x["slot"], x["n_rows"], spec.kv_groups, *loop.band_args(spec), 0, False,
-        *x["cells"], block_q, block_k, 2)
-    return {"row_weights": out[11][:, x["inverse"]]}
-
-
-def cell_sizes(n: int, cell: int, grid: int, dev, dt) -> torch.Tensor:
-    """How many of the n positions fall in each of the grid's cells (the last may be short)."""
-    sizes_ = torch.full((grid,), cell, dtype=dt, device=dev)
-    sizes_[-1] = n - cell * (grid - 1)
-    return sizes_
+    row_w = torch.ops.attnlab_loop.rows_pass(
+        q_s.contiguous(), k.contiguous(), (m_u + r_u).to(dt).contiguous(), x["keep"], x["slot"],
+        x["n_rows"], spec.kv_groups, *loop.band_args(spec), block_q, block_k)
+    return {"row_weights": row_w[:, x["inverse"]]}

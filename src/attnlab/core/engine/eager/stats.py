@@ -1,13 +1,15 @@
-"""The two tile passes behind :func:`attnlab.core.stats.attention_stats` (what the statistics
-are, and their dense specification, are in :mod:`attnlab.core.stats`).
+"""The statistics' passes on the eager tile loop: the reference the compiled passes
+(:mod:`attnlab.core.engine.compiled.stats`) are tested against, and the path of every request
+those do not take. What the statistics are, their dense specification and the choice between
+the passes are in :mod:`attnlab.core.stats`.
 
-* :func:`_tile_stats_fast`: where the scores are q.k times a constant and every kept key lies at
-  or before the query, pass 1 is the tiled forward itself with extra value columns
-  (:func:`_forward_stats`), and pass 2 (:func:`_second_pass_rows`) finds the largest weights,
+* where :func:`forward_applies` (the scores are q.k times a constant and every kept key lies at
+  or before the query), pass 1 is the tiled forward itself with extra value columns
+  (:func:`forward_pass`), and pass 2 (:func:`second_pass`) finds the largest weights,
   the band's masses, prefix matching and, where asked, columns, pooled maps and rows;
-* :func:`_tile_stats`: every other request, pass 1 an online softmax over the tiles of
-  :class:`attnlab.core.tiles.Tiles` with one weighted sum per statistic, pass 2
-  (:func:`_second_pass`) the columns, pooled maps and rows.
+* :func:`online_pass`: every other request, pass 1 an online softmax over the tiles of
+  :class:`attnlab.core.engine.tiles.Tiles` with one weighted sum per statistic, pass 2
+  (:func:`_extras_pass`) the columns, pooled maps and rows.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ import math
 
 import torch
 
-from attnlab.core import _stats_loop, loop
-from attnlab.core._stats_loop import cell_sizes
-from attnlab.core.tiles import Tiles, base2, key_blocks, sizes, split_lse
+from attnlab.core.engine.eager.loop import tile_forward
+from attnlab.core.engine.tiles import Tiles, base2, cell_sizes, key_blocks, sizes, split_lse
 
 LN2 = math.log(2.0)
 
@@ -31,31 +32,23 @@ def _causal_like(spec) -> bool:
     return b is not None and b[1] is not None and b[1] <= 0
 
 
-def _fast(spec, sink) -> bool:
-    """Whether the first pass can be the tiled forward itself (see :func:`_forward_stats`):
+def forward_applies(spec, sink) -> bool:
+    """Whether the first pass can be the tiled forward itself (see :func:`forward_pass`):
     scores that are q.k times a constant (no float bias, softcap or score_mod), no sinks,
     causal-like."""
     return (sink is None and spec.float_bias() is None and spec.softcap is None
             and spec.score_mod is None and _causal_like(spec) and spec.dropout_p == 0)
 
 
-def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None, extras=None):
+def forward_pass(q, k, v, spec, sink: tuple[int, int]):
     """The first pass as the tiled forward with extra value columns: attention averages
     whatever rows V holds, so with ``V' = [V | K | j | 1{j < sink_keys}]`` one forward gives,
     besides the output, ``E_p[k]`` (whence ``E_p[s] = scale q . E_p[k]`` and the entropy
     ``H = lse - E_p[s]``), the mean key position (the distance ``p_i - E_p[j]`` when every kept
     key is at or before the query) and the sink mass. Returns ``(out or None, lse, entropy,
     distance, sink_mass, m, r)``: natural units but for ``lse = m + r`` in the tiles' units
-    (0 on rows with no key).
-    Where the compiled loop takes the call, its forward keeps these per row instead
-    (:func:`attnlab.core._stats_loop.first_pass`, no extra columns), and ``row_stats``:
-    ``(band, ids, before)`` has it also give, in the same pass, what
-    :func:`_second_pass_rows` gives (returned as an eighth item, else None there), and
-    ``extras``: ``(columns, pooled, rows, keep)`` the column sums, pooled maps and rows too."""
-    from attnlab.core.backends.tiled import tile_forward
-
-    if loop.wanted(spec):                  # the compiled tile loop (attnlab.core.loop)
-        return _stats_loop.first_pass(q, k, v, spec, sink, row_stats, extras)
+    (0 on rows with no key). The compiled loop's forward keeps these per row instead
+    (:func:`attnlab.core.engine.compiled.stats.first_pass`, no extra columns)."""
     n_kv, n_k, d = k.shape
     j = torch.arange(n_k, dtype=k.dtype, device=k.device)
     start, count = sink
@@ -81,15 +74,15 @@ def _forward_stats(q, k, v, spec, sink: tuple[int, int], row_stats=None, extras=
     distance = torch.where(empty, zero, pos - out[..., d_v + d])
     sink_mass = torch.where(empty, zero, out[..., d_v + d + 1])
     return ((out[..., :d_v] if v is not None else None), lse, entropy, distance, sink_mass,
-            safe_m, torch.where(empty, zero, r), None)
+            safe_m, torch.where(empty, zero, r))
 
 
-def _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, columns,
+def second_pass(q_s, k, spec, tiles, m_u, r_u, band: int, ids, before, columns,
                       pooled, rows, keep=None, maxima_only: bool = False) -> dict:
     """The rest once every row's ``lse = m + r`` is known (the tiles' units), in one pass over
     the tiles: the largest weight and its key (a max of the scores), the previous-token and
     local mass on the tiles the band reaches, prefix matching (with ids), and what
-    :func:`_second_pass` adds (column sums, pooled maps, rows) where asked. The eager loop's
+    :func:`_extras_pass` adds (column sums, pooled maps, rows) where asked. The eager loop's
     (where the compiled loop runs, its forward keeps all of this); ``maxima_only``: the caller
     reads only the maxima."""
     n_bh, n_q, n_k = q_s.shape[0], spec.n_q, spec.n_k
@@ -210,58 +203,13 @@ class _Extra:
         return out
 
 
-def _tile_stats_fast(q, k, v, spec, sink: tuple[int, int], band: int, columns: bool, ids,
-                     pooled=None, rows=None, pick=None, keep=None) -> dict:
-    """:func:`_tile_stats` where :func:`_fast` holds. Eager: the forward with extra value
-    columns, then one pass over the tiles for the maxima, the band's masses, prefix matching and
-    (where asked) the column sums, pooled maps and rows; rows picked by a function cost a pass
-    of maxima before it. Compiled: the forward keeps all of the row statistics, maxima
-    included, and the columns, pooled maps and named rows; rows picked from the maxima take a
-    second pass over the query blocks that hold them."""
-    before = None
-    if ids is not None:
-        before = torch.cat([ids.new_full((1,), -1), ids[:-1]])
-    # the compiled forward gives the row statistics too (rest), and the columns, pooled maps
-    # and rows named in advance; the eager one gives none of them
-    wanted = columns or pooled is not None or (rows is not None and pick is None)
-    out, lse, entropy, distance, sink_mass, m_u, r_u, rest = _forward_stats(
-        q, k, v, spec, sink, row_stats=(band, ids, before),
-        extras=(columns, pooled, rows if pick is None else None, keep) if wanted else None)
-    tiles = Tiles(spec, q.shape[0], None)
-    q_s = tiles.q_scaled(q)
-    empty = torch.isneginf(lse)
-    if pick is not None:    # rows picked by their largest weights (eager: a pass of maxima)
-        best = rest["best"] if rest is not None else _second_pass_rows(
-            q_s, k, spec, tiles, m_u, r_u, 0, None, None, False, None, None,
-            maxima_only=True)["best"]
-        top = torch.where(empty, torch.zeros_like(lse), tiles.exp(best - m_u - r_u))
-        if keep is not None:
-            top = torch.where(keep, top, torch.zeros_like(top))
-        rows = pick(top)
-    if rest is None:
-        rest = _second_pass_rows(q_s, k, spec, tiles, m_u, r_u, band, ids, before, columns,
-                                 pooled, rows, keep)
-    elif pick is not None and rows is not None:     # rows known only now: their blocks again
-        more = _stats_loop.second_pass(q_s, k, spec, m_u, r_u, rows, keep)
-        rest["row_weights"] = more["row_weights"]
-    zero = torch.zeros_like(lse)
-    max_weight = torch.where(empty, zero, tiles.exp(rest["best"] - m_u - r_u))
-    argmax = torch.where(empty, torch.full_like(rest["argmax"], -1), rest["argmax"])
-    stats = {"lse": lse, "entropy": entropy, "max_weight": max_weight, "argmax": argmax,
-             "tied": rest["tied"] & ~empty,
-             "sink_mass": sink_mass, "prev_mass": rest["prev_mass"],
-             "self_mass": rest["self_mass"], "next_mass": rest["next_mass"],
-             "local_mass": rest["local_mass"], "distance": distance}
-    if ids is not None:
-        stats["match_mass"], stats["dup_mass"] = rest["match_mass"], rest["dup_mass"]
-    extra = {name: rest[name] for name in ("received", "pooled_mean", "pooled_max",
-                                           "row_weights")}
-    return {**stats, **extra, "row_index": rows, "out": out}
-
-
-def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, columns: bool, ids,
+def online_pass(q, k, spec, sink, sink_range: tuple[int, int], band: int, columns: bool, ids,
                 pooled=None, rows=None, pick=None, keep=None,
                 health: bool = False) -> dict:
+    """Every statistic of :func:`attnlab.core.stats.attention_stats` for a request the forward
+    pass cannot serve (a float bias, softcap, score_mod, sinks, a band reaching after the query,
+    or ``health``): pass 1 an online softmax with one weighted sum per statistic, pass 2
+    (:func:`_extras_pass`) the columns, pooled maps and rows once every row's shift is known."""
     n_bh, n_q, n_k = q.shape[0], spec.n_q, spec.n_k
     dev, dt = q.device, q.dtype
     tiles = Tiles(spec, n_bh, spec.float_bias())
@@ -383,13 +331,13 @@ def _tile_stats(q, k, spec, sink, sink_range: tuple[int, int], band: int, column
         rows = pick(stats["max_weight"] if keep is None else torch.where(
             keep, stats["max_weight"], torch.zeros_like(stats["max_weight"])))
     # pass 2, for the column sums, pooled maps and rows: every row's m and l are known now
-    extra = _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep)
+    extra = _extras_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep)
     stats["tied"] = tied & ~keyless
     return {"lse": torch.where(torch.isneginf(lse), lse, lse * unit), **stats, "argmax": argmax,
             **extra, "row_index": rows}
 
 
-def _second_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep=None) -> dict:
+def _extras_pass(q_s, k, spec, tiles, m_all, inv_l, columns, pooled, rows, keep=None) -> dict:
     """The online path's second pass: ``p = e^(s - m) / l`` tile by tile into :class:`_Extra`."""
     extra = _Extra(q_s.shape[0], spec.n_q, spec.n_k, q_s.device, m_all.dtype, columns, pooled,
                    rows, keep)

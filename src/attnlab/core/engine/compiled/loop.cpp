@@ -258,11 +258,11 @@ inline void add_extras(const float* p, int64_t j0, int64_t j1, float* col, float
 // (from A = sum p (s - m), rescaled as A' = alpha (A + (m - m') S) when the shift moves from m
 // to m', so H = log2 S - A / S in log2 units with no cancellation against m), the mean key
 // position and the mass on keys [sink_start, sink_start + sink_count); with `masses` also
-// (see stats_pass below for what each is) the largest score (log2 units), its first key and
+// (see fold_max and add_masses for what each is) the largest score (log2 units), its first key and
 // ties, and the masses on the previous key, the key itself, the keys within band_w, prefix
 // matches and duplicates (with the token occurrences, see add_masses). Every row then takes
 // the shifted path.
-// With `extras` (columns, pooled maps or rows: see stats_pass), a task owns a whole head and
+// With `extras` (columns, pooled maps or rows: see add_extras), a task owns a whole head and
 // keeps its query block's unnormalized weights for every key (block_q x N_k floats) with the
 // shift each tile used; once the block's rows are done, each row is normalized tile by tile
 // and added to the column sums, its pooled cells and the rows asked for, so no second pass
@@ -650,63 +650,29 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
   return {dq, dk, dv, ddiag};
 }
 
-// The census's second pass (attnlab/core/_stats_passes.py, _second_pass_rows) once every row's
-// shift = lse in log2 units is known: per row the largest score, its first key and whether
-// another key ties with it; the weights P = 2^(S - shift) summed on the previous key, the key
-// itself and the keys within `band` of it, on keys that follow an earlier copy of the query's
-// token (prefix matching, before[j] == ids[i]) or are one (ids[j] == ids[i]); and, times the
-// row's `keep`, the column sums, the pooled sums and maxima over cq x ck cells, and the rows
-// asked for (row_slot[i] >= 0). One task per head: it owns its columns, cells and rows.
-// Optional tensors are passed empty. mode 1: only the first three (maxima); mode 2: only the
-// columns, pooled maps and rows (the forward gave the rest); 0: all.
-std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor occ,
-                                   at::Tensor group, at::Tensor keep, at::Tensor row_slot,
-                                   int64_t n_rows, int64_t groups, int64_t off, int64_t left,
-                                   int64_t right, int64_t band_w, bool columns, int64_t cq,
-                                   int64_t ck, int64_t gq, int64_t gk, int64_t block_q,
-                                   int64_t block_k, int64_t mode) {
+// The rows a census picks from the forward's maxima (attnlab/core/stats.py), once every row's
+// shift = lse in log2 units is known: for each query with row_slot[i] >= 0, its whole weight
+// row P = 2^(S - shift) times the row's `keep` into row n_rows' slot. One task per head; only
+// the query blocks that hold such a row are computed.
+at::Tensor rows_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor keep,
+                     at::Tensor row_slot, int64_t n_rows, int64_t groups, int64_t off,
+                     int64_t left, int64_t right, int64_t block_q, int64_t block_k) {
   TORCH_CHECK(q.dtype() == at::kFloat && k.dtype() == at::kFloat && shift.dtype() == at::kFloat,
-              "the compiled statistics pass takes float32");
+              "the compiled rows pass takes float32");
   q = q.contiguous(); k = k.contiguous(); shift = shift.contiguous();
+  row_slot = row_slot.contiguous();
   const int64_t BH = q.size(0), NQ = q.size(1), DK = q.size(2), NK = k.size(1);
-  const bool has_ids = occ.numel() > 0, has_keep = keep.numel() > 0;
-  const bool has_rows = row_slot.numel() > 0, pooled = gk > 0;
-  if (has_ids) {
-    occ = occ.to(at::kInt).contiguous();
-    group = group.to(at::kInt).contiguous();
-  }
+  const bool has_keep = keep.numel() > 0;
   if (has_keep) keep = keep.contiguous();
-  if (has_rows) row_slot = row_slot.contiguous();
-  auto fopt = q.options();
-  auto best = at::full({BH, NQ}, kNegInf, fopt);
-  auto argmax = at::full({BH, NQ}, -1, fopt.dtype(at::kLong));
-  auto tied = at::zeros({BH, NQ}, fopt.dtype(at::kBool));
-  auto prev = at::zeros({BH, NQ}, fopt), own = at::zeros({BH, NQ}, fopt),
-       local = at::zeros({BH, NQ}, fopt), match = at::zeros({BH, NQ}, fopt),
-       dup = at::zeros({BH, NQ}, fopt);
-  auto received = at::zeros({columns ? BH : 0, NK}, fopt);
-  auto p_sum = at::zeros({pooled ? BH : 0, gq * gk}, fopt);
-  auto p_max = at::zeros({pooled ? BH : 0, gq * gk}, fopt);
-  auto row_w = at::zeros({has_rows ? BH : 0, n_rows, NK}, fopt);
+  auto row_w = at::zeros({BH, n_rows, NK}, q.options());
   const Band band{off, left, right, NK};
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* shp = shift.data_ptr<float>();
-  const int32_t* ocp = has_ids ? occ.data_ptr<int32_t>() : nullptr;
-  const int32_t* grp = has_ids ? group.data_ptr<int32_t>() : nullptr;
   const float* kpp = has_keep ? keep.data_ptr<float>() : nullptr;
-  const int64_t* slp = has_rows ? row_slot.data_ptr<int64_t>() : nullptr;
-  float* bp = best.data_ptr<float>();
-  int64_t* ap = argmax.data_ptr<int64_t>();
-  bool* tp = tied.data_ptr<bool>();
-  float *pv = prev.data_ptr<float>(), *ow = own.data_ptr<float>(), *lc = local.data_ptr<float>(),
-        *mt = match.data_ptr<float>(), *dp = dup.data_ptr<float>();
-  float* rc = columns ? received.data_ptr<float>() : nullptr;
-  float* ps = pooled ? p_sum.data_ptr<float>() : nullptr;
-  float* pm = pooled ? p_max.data_ptr<float>() : nullptr;
-  float* rw = has_rows ? row_w.data_ptr<float>() : nullptr;
+  const int64_t* slp = row_slot.data_ptr<int64_t>();
+  float* rw = row_w.data_ptr<float>();
   const int ldk = round_up(block_k);
-  const bool rows_only = mode == 2 && !columns && !pooled && has_rows;
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(block_q * ldk);
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -714,11 +680,9 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
       for (int64_t i0 = 0; i0 < NQ; i0 += block_q) {
         const int64_t i1 = std::min(NQ, i0 + block_q);
         const int rows = static_cast<int>(i1 - i0);
-        if (rows_only) {                       // only the rows asked for: skip other blocks
-          bool any = false;
-          for (int64_t x = i0; x < i1 && !any; ++x) any = slp[x] >= 0;
-          if (!any) continue;
-        }
+        bool any = false;
+        for (int64_t x = i0; x < i1 && !any; ++x) any = slp[x] >= 0;
+        if (!any) continue;
         const float* qb = qp + (bh * NQ + i0) * DK;
         const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
         for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
@@ -732,43 +696,19 @@ std::vector<at::Tensor> stats_pass(at::Tensor q, at::Tensor k, at::Tensor shift,
                         nullptr);
           for (int r = 0; r < rows; ++r) {
             const int64_t i = i0 + r, at = bh * NQ + i;
+            if (slp[i] < 0) continue;
             float* row = s.data() + static_cast<int64_t>(r) * ld;
-            if (mode != 2) {
-              vf vm = splat(kNegInf);
-              for (int c = 0; c < ld; c += W) {
-                const vf x = load(row + c);
-                vm = x > vm ? x : vm;
-              }
-              const float top = hmax(vm);
-              fold_max(row, cols, top, j0, bp[at], ap[at], tp[at]);
-              if (mode == 1) continue;
-            }
-            if (rows_only && slp[i] < 0) continue;
             const float sh = shp[at];
-            for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
-            if (mode != 2) {
-              float m[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-              add_masses(row, j0, j1, i + off, band_w, ocp, has_ids ? grp + 3 * i : nullptr,
-                         m);
-              pv[at] += m[0];
-              ow[at] += m[1];
-              lc[at] += m[2];
-              mt[at] += m[3];
-              dp[at] += m[4];
-            }
-            if (!columns && !pooled && !has_rows) continue;
             const float kf = has_keep ? kpp[at] : 1.0f;
-            if (kf != 1.0f) for (int c = 0; c < cols; ++c) row[c] *= kf;
-            add_extras(row, j0, j1, columns ? rc + bh * NK : nullptr,
-                       pooled ? ps + (bh * gq + i / cq) * gk : nullptr,
-                       pooled ? pm + (bh * gq + i / cq) * gk : nullptr, ck,
-                       has_rows && slp[i] >= 0 ? rw + (bh * n_rows + slp[i]) * NK : nullptr);
+            float* dst = rw + (bh * n_rows + slp[i]) * NK + j0;
+            for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
+            for (int c = 0; c < cols; ++c) dst[c] += row[c] * kf;
           }
         }
       }
     }
   });
-  return {best, argmax, tied, prev, own, local, match, dup, received, p_sum, p_max, row_w};
+  return row_w;
 }
 
 TORCH_LIBRARY(attnlab_loop, m) {
@@ -781,8 +721,7 @@ TORCH_LIBRARY(attnlab_loop, m) {
         "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
         "int sink_start, int sink_count, bool masses, bool columns, int cq, int ck, int gq, "
         "int gk, int block_q, int block_k) -> Tensor[]", &forward_stats);
-  m.def("stats_pass(Tensor q, Tensor k, Tensor shift, Tensor occ, Tensor group, Tensor keep, "
-        "Tensor row_slot, int n_rows, int groups, int off, int left, int right, int band, "
-        "bool columns, int cq, int ck, int gq, int gk, int block_q, int block_k, "
-        "int mode) -> Tensor[]", &stats_pass);
+  m.def("rows_pass(Tensor q, Tensor k, Tensor shift, Tensor keep, Tensor row_slot, "
+        "int n_rows, int groups, int off, int left, int right, int block_q, int block_k) "
+        "-> Tensor", &rows_pass);
 }

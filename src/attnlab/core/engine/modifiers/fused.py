@@ -14,10 +14,10 @@ turns it off, ``=1`` uses it for every size (the tests), and where no C++ compil
 or the function cannot be compiled, the eager path runs and one warning says so, once.
 
 A modifier that sees positions only through ``q_idx - kv_idx`` (ALiBi) does not come here on
-the tiled backend: the compiled tile loop adds it per diagonal (:mod:`attnlab.core.diagonal`).
-Only the eager loop's forward and the statistics use this module. The backward recomputes the
-modifier under autograd (:class:`attnlab.core.score_mod.TileGrad`) so that gradients reach
-the tensors it captures.
+the tiled backend: the compiled tile loop adds it per diagonal
+(:mod:`attnlab.core.engine.modifiers.diagonal`). Only the eager loop's forward and the statistics
+use this module. The backward recomputes the modifier under autograd
+(:class:`attnlab.core.score_mod.TileGrad`) so that gradients reach the tensors it captures.
 """
 
 from __future__ import annotations
