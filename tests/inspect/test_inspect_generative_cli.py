@@ -88,9 +88,10 @@ def test_past_1024_tokens_a_decoder_gets_the_census_report(tmp_path, capsys):
     assert "census of 2 layers x 2 heads on" in said
     html = (out / "report.html").read_text()
     assert "attnlabCensus" in html and '"index":[5,' in html
-    from attnlab.inspect import show
+    from attnlab.inspect import ShowOptions, show
 
-    c = show(str(path), text=corpus.read_text(), rows=[5, -2])         # the notebook's route
+    # the notebook's route
+    c = show(str(path), text=corpus.read_text(), options=ShowOptions(rows=[5, -2]))
     n = c.length
     assert n > 1024 and c.rows[0][0].tolist()[:3] == [5, n - 2, n - 1]
     assert main(["inspect", "a b c", "--model", str(path), "--census",

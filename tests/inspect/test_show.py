@@ -11,7 +11,7 @@ import torch
 import transformers as tf
 
 from attnlab.cli import main
-from attnlab.inspect import show
+from attnlab.inspect import ShowOptions, show
 from attnlab.nn.bert import default_model_path
 
 TEXT = "the cat sat on the mat because it was tired"
@@ -76,7 +76,7 @@ def test_decoders_show_their_own_causal_maps(family, tok):
 
 def test_an_encoder_decoder_shows_encoder_decoder_and_cross(tok):
     model = build("t5").eval()
-    ins = show(model, tok, TEXT, max_new_tokens=5)
+    ins = show(model, tok, TEXT, options=ShowOptions(max_new_tokens=5))
     kinds = [c.kind for c in ins.captures]
     assert kinds == ["self", "decoder self (causal)", "cross-attention"]
     batch = tok([TEXT], return_tensors="pt")
@@ -92,6 +92,31 @@ def test_an_encoder_decoder_shows_encoder_decoder_and_cross(tok):
     assert ins.captures[2].keys == ins.tokens
     html = ins.report_html()
     assert '"label":"cross-attention: ' in html and '"kind":"decoder self (causal)"' in html
+    # the same three maps given as bertviz's model_view takes them: one dict per kind
+    decoder_tokens = tok.convert_ids_to_tokens(out_ids[0].tolist())
+    maps = show(attentions={"encoder": eager.encoder_attentions,
+                            "decoder": eager.decoder_attentions,
+                            "cross": eager.cross_attentions},
+                tokens={"encoder": ins.tokens, "decoder": decoder_tokens})
+    assert [c.kind for c in maps.captures] == kinds
+    for got, cap in zip(maps.captures, ins.captures):
+        assert float((got.maps.double() - cap.maps.double()).abs().max()) <= 1e-5, cap.kind
+    with pytest.raises(ValueError, match="takes the keys encoder, decoder, cross; got 'self'"):
+        show(attentions={"self": eager.encoder_attentions}, tokens={"encoder": ins.tokens})
+    with pytest.raises(ValueError, match="tokens=\\{'encoder'"):
+        show(attentions={"encoder": eager.encoder_attentions}, tokens=ins.tokens)
+
+
+def test_show_takes_its_display_options_as_one_object():
+    """show() has at most 8 parameters; the display options are one ShowOptions, and anything
+    else there is refused with the fix."""
+    import inspect
+
+    assert len(inspect.signature(show).parameters) <= 8
+    with pytest.raises(TypeError, match="options must be a ShowOptions, got dict"):
+        show("default", text="a cat", options={"truncate": True})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'truncate'"):
+        show("default", text="a cat", truncate=True)
 
 
 def test_precomputed_maps_and_a_torch_module(tok):

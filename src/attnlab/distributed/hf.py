@@ -57,8 +57,8 @@ from attnlab.distributed.layout import check_layout, shard_ranges, take
 from attnlab.distributed.modules import choose_strategy
 from attnlab.distributed.ring import ring_attention
 from attnlab.distributed.ulysses import ulysses_attention
+from attnlab.integrations.calls import causal_and_window
 from attnlab.integrations.registry import add_names, config_field, remove_names
-from attnlab.integrations.transformers import causal_and_window
 
 NAMES = {"attnlab_ring": "ring", "attnlab_ulysses": "ulysses", "attnlab_sharded": "auto",
          "attnlab_hybrid": "hybrid"}

@@ -10,7 +10,7 @@
 from attnlab.inspect.capture import Recording, record
 from attnlab.inspect.census import Census, census
 from attnlab.inspect.run import Inspection
-from attnlab.inspect.show import build, from_attentions, show
+from attnlab.inspect.show import ShowOptions, build, from_attentions, show
 
-__all__ = ["Census", "Inspection", "Recording", "build", "census", "from_attentions", "record",
-           "show"]
+__all__ = ["Census", "Inspection", "Recording", "ShowOptions", "build", "census",
+           "from_attentions", "record", "show"]

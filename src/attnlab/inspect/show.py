@@ -30,6 +30,7 @@ What it takes:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -48,26 +49,12 @@ from attnlab.inspect.run import Inspection, TextMaps
 from attnlab.inspect.taxonomy import label_heads
 
 
-@uses_spare_threads
-def show(model=None, tokenizer=None, text: str | None = None, pair: str | None = None, *,
-         attentions=None, tokens=None, encoder_attentions=None, decoder_attentions=None,
-         cross_attentions=None, encoder_tokens=None, decoder_tokens=None, inputs=None,
-         truncate: bool = False, max_new_tokens: int = 20, neuron_layers=None,
-         census: bool | None = None, rows=None,
-         name: str | None = None) -> Inspection | Census:
-    """Inspect a model (or maps you have) and return the report as an
-    :class:`~attnlab.inspect.run.Inspection` that renders itself in a notebook.
+@dataclass(frozen=True)
+class ShowOptions:
+    """How :func:`show` runs the model and draws the report, as scikit-learn's Display
+    objects take theirs: one object, passed as ``show(..., options=ShowOptions(...))``.
 
     Args:
-        model: a name or folder (``"default"``, ``"induction"``, ``"dates"``, a path), a
-            loaded attnlab ``BertModel``, transformers model or ``torch.nn`` module; None
-            with ``attentions`` (or the encoder-decoder's three).
-        tokenizer: the model's tokenizer (loaded models; a transformers tokenizer or
-            attnlab's).
-        text: the text to run (default: a short sentence); pair: a second sentence (BERT).
-        attentions, tokens: precomputed maps and their tokens (see the module docstring).
-        inputs: the positional inputs (a tuple) or keyword inputs (a dict) of a plain
-            ``torch.nn`` module; ``tokens`` then label its positions.
         truncate: cut a text longer than the model's positions instead of refusing it.
         max_new_tokens: what an encoder-decoder generates to show its decoder.
         neuron_layers: the layers whose query and key vectors the neuron view embeds
@@ -78,20 +65,64 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
         rows: the query positions whose exact weights the census report keeps (beside the
             last one and each layer's sharpest).
         name: the model's name in the report.
+    """
+
+    truncate: bool = False
+    max_new_tokens: int = 20
+    neuron_layers: tuple[int, ...] | list[int] | None = None
+    census: bool | None = None
+    rows: tuple[int, ...] | list[int] | None = None
+    name: str | None = None
+
+
+_MAP_PARTS = ("encoder", "decoder", "cross")
+
+
+@uses_spare_threads
+def show(model=None, tokenizer=None, text: str | None = None, pair: str | None = None, *,
+         attentions=None, tokens=None, inputs=None,
+         options: ShowOptions | None = None) -> Inspection | Census:
+    """Inspect a model (or maps you have) and return the report as an
+    :class:`~attnlab.inspect.run.Inspection` that renders itself in a notebook.
+
+    Args:
+        model: a name or folder (``"default"``, ``"induction"``, ``"dates"``, a path), a
+            loaded attnlab ``BertModel``, transformers model or ``torch.nn`` module; None
+            with ``attentions``.
+        tokenizer: the model's tokenizer (loaded models; a transformers tokenizer or
+            attnlab's).
+        text: the text to run (default: a short sentence).
+        pair: a second sentence (BERT).
+        attentions: precomputed maps (see the module docstring): a tuple of per-layer
+            ``(B, H, N, N)`` or one ``(L, H, N, N)`` tensor; for an encoder-decoder a dict
+            with ``"encoder"``, ``"decoder"`` and ``"cross"`` maps, as bertviz's model_view.
+        tokens: the maps' tokens, or a plain module's position labels; for an
+            encoder-decoder a dict with ``"encoder"`` and ``"decoder"`` tokens.
+        inputs: the positional inputs (a tuple) or keyword inputs (a dict) of a plain
+            ``torch.nn`` module; ``tokens`` then label its positions.
+        options: a :class:`ShowOptions` (truncation, generation length, neuron layers, the
+            census switch and rows, the model's name); the defaults without it.
 
     Returns:
         An :class:`~attnlab.inspect.run.Inspection`, or at long context a
         :class:`~attnlab.inspect.census.Census`; ``display`` it, or ``.save(path)``.
     """
+    if options is None:
+        options = ShowOptions()
+    elif not isinstance(options, ShowOptions):
+        raise TypeError(f"options must be a ShowOptions, got {type(options).__name__}; e.g. "
+                        f"show(..., options=ShowOptions(truncate=True))")
+    truncate, max_new_tokens, census = options.truncate, options.max_new_tokens, options.census
+    rows, name = options.rows, options.name
     _check_text(text, pair)
     if model is None:
-        if attentions is None and encoder_attentions is None:
+        if attentions is None:
             raise TypeError("show() needs a model (a name, a folder or a loaded model) or "
                             "precomputed attentions= with tokens=")
-        ins = from_attentions(attentions, tokens, encoder_attentions=encoder_attentions,
-                              decoder_attentions=decoder_attentions,
-                              cross_attentions=cross_attentions, encoder_tokens=encoder_tokens,
-                              decoder_tokens=decoder_tokens, name=name or "maps")
+        if isinstance(attentions, dict):
+            ins = _from_parts(attentions, tokens, name or "maps")
+        else:
+            ins = from_attentions(attentions, tokens, name=name or "maps")
     elif isinstance(model, (str, Path)):
         ins = build(model, text, pair, truncate=truncate, census=census, rows=rows)
     elif not isinstance(model, nn.Module):
@@ -126,8 +157,25 @@ def show(model=None, tokenizer=None, text: str | None = None, pair: str | None =
         return ins
     if text is None and ins.texts and ins.texts[0][0] == DEFAULT_TEXT:     # said, not hidden
         ins.notes = [f"no text given: the default sentence ({DEFAULT_TEXT!r})", *ins.notes]
-    ins.neuron_layers = neuron_layers
+    ins.neuron_layers = None if options.neuron_layers is None else list(options.neuron_layers)
     return ins
+
+
+def _from_parts(attentions: dict, tokens, name: str) -> Inspection:
+    """An encoder-decoder's precomputed maps, given as dicts of their parts."""
+    unknown = sorted(set(attentions) - set(_MAP_PARTS))
+    if unknown:
+        raise ValueError(f"attentions as a dict takes the keys {', '.join(_MAP_PARTS)}; got "
+                         f"{', '.join(map(repr, unknown))}")
+    if not isinstance(tokens, dict) or sorted(tokens) != ["decoder", "encoder"]:
+        raise ValueError("an encoder-decoder's maps need tokens={'encoder': [...], "
+                         "'decoder': [...]}; got "
+                         f"{sorted(tokens) if isinstance(tokens, dict) else type(tokens).__name__}")
+    return from_attentions(None, None, encoder_attentions=attentions.get("encoder"),
+                           decoder_attentions=attentions.get("decoder"),
+                           cross_attentions=attentions.get("cross"),
+                           encoder_tokens=tokens["encoder"], decoder_tokens=tokens["decoder"],
+                           name=name)
 
 
 def _check_text(text, pair) -> None:

@@ -10,12 +10,12 @@ the model and its equations into one folder. Every file is written atomically.
 
 from attnlab.cli.jobs.folder import CLI_BASELINES, MARKER, Say, check_out, result_folder
 from attnlab.cli.jobs.paper import ENGINES, compile_tex, write_paper
+from attnlab.cli.jobs.predict import predict_saved
 from attnlab.cli.jobs.series import (
     DEFAULT_ORIGINS,
     default_origins,
     fit_forecast,
     fit_global,
-    predict_saved,
 )
 from attnlab.cli.jobs.tables import fit_graph, fit_tabular
 

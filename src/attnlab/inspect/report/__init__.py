@@ -25,7 +25,6 @@ import uuid
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,9 +32,6 @@ from attnlab import __version__
 from attnlab._files import write_text_atomic
 from attnlab.inspect.labels import LABEL_COLORS, LABELS
 from attnlab.inspect.metrics import METRIC_TITLES, HeadMetrics
-
-if TYPE_CHECKING:
-    from attnlab.inspect.run import Inspection
 
 
 def asset(name: str) -> str:
@@ -49,7 +45,8 @@ def _json_island(obj) -> str:
 
 
 # The report embeds q and k (float32, exact: the neuron view recomputes each score from them)
-# for as many layers as fit in this many floats; more with show(..., neuron_layers=[...]).
+# for as many layers as fit in this many floats; more with
+# show(..., options=ShowOptions(neuron_layers=[...])).
 NEURON_FLOATS = 250_000
 FLOOR = 1e-6      # the report's absolute tolerance on a weight (below SPLIT)
 SPLIT = 1e-4      # weights below it are coded in absolute steps of 2 FLOOR, above in ratios
@@ -164,7 +161,7 @@ def _neuron(c, packer: _Packer, layers) -> dict | None:
     return out
 
 
-def report_data(ins: Inspection, neuron_layers=None) -> tuple[dict, str]:
+def report_data(ins, neuron_layers=None) -> tuple[dict, str]:
     """The JSON metadata and the base64 blob of the report.
 
     Weights are bfloat16 (see :class:`_Packer`); large reports compress harder (gzip level 6
@@ -255,7 +252,7 @@ def _still_png(maps: torch.Tensor, cell: int = 40) -> bytes:
     return buf.getvalue()
 
 
-def _still_html(ins: Inspection) -> str:
+def _still_html(ins) -> str:
     """What a reader sees where the report's script does not run (an untrusted notebook,
     GitHub's preview of one): a line saying so and the model view as a still PNG. The
     script hides it as its first act."""
@@ -313,7 +310,7 @@ def _flags_html(near_uniform, duplicates) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in items) + "</ul>"
 
 
-def render_report(ins: Inspection, settings: dict[str, str] | None = None, *,
+def render_report(ins, settings: dict[str, str] | None = None, *,
                   standalone: bool = True, uid: str | None = None,
                   neuron_layers=None) -> str:
     """The report as HTML: a whole page (``standalone``, with its Content-Security-Policy) or
@@ -387,7 +384,7 @@ def render_report(ins: Inspection, settings: dict[str, str] | None = None, *,
     return Template(asset("page.html")).substitute(title=e(ins.model), report=report)
 
 
-def write_report(ins: Inspection, path: Path, settings: dict[str, str] | None = None, *,
+def write_report(ins, path: Path, settings: dict[str, str] | None = None, *,
                  neuron_layers=None) -> Path:
     """Write the standalone report to ``path`` (temporary name, then rename)."""
     return write_text_atomic(path, render_report(ins, settings, neuron_layers=neuron_layers))

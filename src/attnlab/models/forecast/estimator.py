@@ -50,25 +50,20 @@ from attnlab.models.forecast.backtest import BacktestResult, rolling_origin
 from attnlab.models.forecast.bases import (
     DEFAULT,
     NAMES,
-    base_from_dict,
     choose_base,
-    fit_base,
     fit_first,
 )
-from attnlab.models.forecast.equations import forecaster_equations
+from attnlab.models.forecast.forecasting import ForecastFromHistory
 from attnlab.models.forecast.inputs import (
     as_exog,
     as_series,
     calendar_of,
-    future_rows,
-    plain,
-    steps_between,
 )
 from attnlab.models.forecast.intervals import ConformalIntervals, conformal_widths
 from attnlab.models.forecast.nets import RecurrentNet, TransformerNet
+from attnlab.models.forecast.saved import SavedForecaster
 from attnlab.models.forecast.shrink import correction_weight
 from attnlab.models.forecast.windows import WindowSettings
-from attnlab.models.latex import Equations
 from attnlab.models.training import (
     TrainConfig,
     TrainHistory,
@@ -80,12 +75,10 @@ from attnlab.models.training import (
 ENCODERS = ("gru", "lstm", "transformer")
 MIN_OBSERVATIONS = 2
 CALIBRATION_NEED = 19           # held-out windows a finite 95% split-conformal bound needs
-# bases with fitted parameters and states, refitted on a history given to predict
-REFITTED = ("ets", "ar", "arima", "theta", "combination")
 
 
-class AttentionForecaster(WindowSettings, ConformalIntervals, TrainingParams, io.SavedEstimator,
-                          BaseEstimator):
+class AttentionForecaster(ForecastFromHistory, SavedForecaster, WindowSettings, ConformalIntervals,
+                          TrainingParams, io.SavedEstimator, BaseEstimator):
     """Multi-step forecaster with attention over past time steps.
 
     Args:
@@ -362,127 +355,6 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, TrainingParams, io
     def _check_fitted(self):
         check_is_fitted(self, "net_")
 
-    @torch.no_grad()
-    def _forecast(self, y: np.ndarray, X: np.ndarray | None,
-                  offset: int, state=None, base=None, future=None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """One direct forecast of ``horizon`` steps after the end of ``y`` (whose first value
-        sits at position ``offset`` of the fitted series; ``state``: the base's state just
-        before it), and the attention over the window."""
-        ref = self._reference(y, np.array([len(y)]), state, base)[0]
-        if getattr(self, "base_only_", False):
-            return ref, np.full(self.effective_lookback, np.nan)
-        self.net_.eval()
-        feats = self._features(y, X, np.array([len(y)]), offset)
-        x = torch.tensor(feats, dtype=torch.float32, device=self.device_)
-        extra = [] if future is None else [torch.tensor(
-            self._future(future, np.array([0])), dtype=torch.float32, device=self.device_)]
-        out, w = self.net_(x, *extra)
-        pred = ref + out[0].double().cpu().numpy() * self.dscale_
-        return pred, w[0].double().cpu().numpy()
-
-    def start_of(self, y, start=None) -> int:
-        """Where the history ``y`` starts, in steps after the fitted series' first observation
-        (its place in the season): ``start`` if given (steps, or a date when the model was
-        fitted on a dated series), else from ``y``'s date index when both are dated, else 0 (a
-        history that starts where the fitted one started)."""
-        cal = getattr(self, "calendar_", None)
-        if start is None:
-            import pandas as pd
-
-            index = getattr(y, "index", None)
-            if cal is None or not isinstance(index, pd.DatetimeIndex) or not len(index):
-                return 0
-            start = index[0]
-        if isinstance(start, (int, np.integer)) and not isinstance(start, bool):
-            return int(start)
-        if cal is None:
-            raise ValueError(f"start={start!r} is a date, but the model was fitted on a series "
-                             "without a regular date index; give start as a number of steps "
-                             "after the fitted series' first observation")
-        try:
-            return steps_between(cal, start)
-        except (TypeError, ValueError) as err:
-            if "calendar" in str(err):
-                raise
-            raise ValueError(f"start must be a number of steps or a date, got {start!r}"
-                             ) from None
-
-    def predict(self, horizon: int | None = None, y=None, X=None, X_future=None, *,
-                start=None) -> np.ndarray:
-        """Forecast ``horizon`` steps (default: the fitted horizon) after the fitted series,
-        or after the history ``y`` if given (with exogenous columns, ``X`` for it too). A
-        history is placed in the season by its dates (a pandas series on a date index, when
-        the model was fitted on one), by ``start`` (see :meth:`start_of`), or else taken to
-        start where the fitted series started; the base is refitted on it.
-
-        A horizon beyond the fitted one is forecast recursively (the forecasts are fed back);
-        that needs a model without exogenous columns. ``attention_`` holds the weights over
-        the window of the first step. A model fitted with known-future covariates needs
-        ``X_future``: their values at the fitted horizon's steps after the history (``horizon``
-        rows, one per fitted step).
-        """
-        self._check_fitted()
-        horizon = self.horizon if horizon is None else horizon
-        if not isinstance(horizon, (int, np.integer)) or horizon < 1:
-            raise ValueError(f"horizon must be an int >= 1, got {horizon!r}")
-        if y is None:
-            if X is not None:
-                raise ValueError("X given without y: pass the history y it belongs to")
-            if start is not None:
-                raise ValueError("start places a history y in the season; pass y with it")
-            hist, xh, offset = self.y_tail_, self.x_tail_, self.n_obs_ - len(self.y_tail_)
-            state, base = self.base_state_, None
-        else:
-            offset = self.start_of(y, start)
-            hist = as_series(y)
-            xh = as_exog(X, len(hist))
-            state, base = None, None
-            if len(hist) < self._history:
-                raise ValueError(f"y has {len(hist)} observations; a forecast reads the last "
-                                 f"{self._history} (lookback, and one season for the "
-                                 "reference), give at least that many")
-            if self.base_.name in REFITTED:
-                # the base is refitted on the history, as a statistical model would be (its
-                # level, trend and season phase are the history's); the network's correction
-                # is kept
-                spec = self.base_.spec if self.base_.name == "arima" else None
-                try:
-                    base = fit_base(self.base_.name, hist, self.effective_season, spec)
-                except (ValueError, np.linalg.LinAlgError) as err:
-                    raise ValueError(f"the {self.base_.name} base could not be refitted on "
-                                     f"this history of {len(hist)} observations ({err}); "
-                                     "give a longer history") from None
-        if (xh is None) != (self.n_exog_ == 0) or (xh is not None and xh.shape[1] != self.n_exog_):
-            raise ValueError(f"the model was fitted with {self.n_exog_} exogenous column(s); "
-                             f"X must have as many, got "
-                             f"{0 if xh is None else xh.shape[1]}")
-        n_future = getattr(self, "n_future_", 0)
-        fut = None if X_future is None else future_rows(X_future, self.horizon)
-        if n_future and fut is None:
-            raise ValueError(f"the model was fitted with {n_future} known-future column(s); "
-                             f"pass X_future with their values at the next {self.horizon} "
-                             "steps")
-        if not n_future and fut is not None:
-            raise ValueError("X_future given, but the model was fitted without known-future "
-                             "columns; refit with fit(..., X_future=...)")
-        if fut is not None and fut.shape[1] != n_future:
-            raise ValueError(f"X_future must have {n_future} column(s), got {fut.shape[1]}")
-        if horizon > self.horizon and n_future:
-            raise ValueError(f"horizon {horizon} > fitted horizon {self.horizon} needs known-"
-                             "future values beyond it; refit with a longer horizon")
-        if horizon > self.horizon and self.n_exog_:
-            raise ValueError(f"horizon {horizon} > fitted horizon {self.horizon} needs future "
-                             "exogenous values; refit with a longer horizon")
-        series, preds, first_w = hist, [], None
-        while sum(len(p) for p in preds) < horizon:
-            p, w = self._forecast(series, xh, offset, state, base, fut)
-            first_w = w if first_w is None else first_w
-            preds.append(p)
-            series = np.concatenate([series, p])
-        self.attention_ = first_w
-        return np.concatenate(preds)[:horizon]
-
     # ---- backtest -----------------------------------------------------------------------
 
     def backtest(self, y, X=None, n_origins: int = 10, step: int | None = None,
@@ -502,72 +374,3 @@ class AttentionForecaster(WindowSettings, ConformalIntervals, TrainingParams, io
         return rolling_origin(self, y, as_exog(X, len(y)), n_origins=n_origins, step=step,
                               baselines=baselines, refit=refit,
                               X_future=as_exog(X_future, len(y), "X_future"))
-
-    # ---- equations, save / load ---------------------------------------------------------
-
-    def equations(self) -> Equations:
-        """The fitted model's equations and symbol table
-        (:class:`~attnlab.models.latex.Equations`)."""
-        return forecaster_equations(self)
-
-    def to_latex(self) -> str:
-        """The model's equations with its dimensions, as a LaTeX ``align`` fragment."""
-        return self.equations().to_latex()
-
-    def to_markdown(self) -> str:
-        """The same equations as Markdown ``$$`` blocks."""
-        return self.equations().to_markdown()
-
-    _STATE = ("mean_", "std_", "dscale_", "n_exog_", "n_features_", "n_obs_")
-
-    def _saved(self) -> tuple[dict, dict]:
-        tensors = {"y_tail": torch.tensor(self.y_tail_)}
-        if getattr(self, "n_future_", 0):
-            tensors["xf_mean"] = torch.tensor(self.xf_mean_)
-            tensors["xf_std"] = torch.tensor(self.xf_std_)
-        if self.n_exog_:
-            tensors["x_tail"] = torch.tensor(self.x_tail_)
-            tensors["x_mean"] = torch.tensor(self.x_mean_)
-            tensors["x_std"] = torch.tensor(self.x_std_)
-        state = {k: getattr(self, k) for k in self._STATE}
-        state["base"] = self.base_.to_dict()
-        state["shrink"] = self.shrink_
-        state["base_scores"] = self.base_scores_
-        state["base_state"] = plain(self.base_state_)
-        state["interval_widths"] = self.interval_widths_
-        state["n_future"] = int(getattr(self, "n_future_", 0))
-        state["calendar"] = getattr(self, "calendar_", None)
-        state["n_calibration"] = getattr(self, "n_calibration_", None)
-        state["base_only"] = bool(getattr(self, "base_only_", False))
-        state["notes"] = list(getattr(self, "notes_", []))
-        return state, tensors
-
-    def _restore(self, state: dict, tensors: dict):
-        for k in self._STATE:
-            setattr(self, k, state[k])
-        # a model saved before the hybrid bases existed used seasonal naive
-        self.base_ = base_from_dict(state.get("base") or {
-            "name": "seasonal_naive", "season": self.effective_season})
-        self.base_name_ = self.base_.name
-        self.base_scores_ = state.get("base_scores", {})
-        self.shrink_ = float(state.get("shrink", 1.0))
-        self.base_state_ = state.get("base_state")
-        self.network_in_use_ = self.shrink_ > 0
-        self.interval_widths_ = state.get("interval_widths") or {
-            f"{q:g}": [float("inf")] * self.horizon for q in self.LEVELS}
-        self.y_tail_ = tensors["y_tail"].numpy()
-        self.n_future_ = int(state.get("n_future", 0))
-        self.calendar_ = state.get("calendar")
-        self.n_calibration_ = state.get("n_calibration")
-        self.base_only_ = bool(state.get("base_only", False))
-        self.notes_ = list(state.get("notes", []))
-        if self.n_future_:
-            self.xf_mean_ = tensors["xf_mean"].numpy()
-            self.xf_std_ = tensors["xf_std"].numpy()
-        self.x_tail_ = self.x_mean_ = self.x_std_ = None
-        if self.n_exog_:
-            self.x_tail_ = tensors["x_tail"].numpy()
-            self.x_mean_ = tensors["x_mean"].numpy()
-            self.x_std_ = tensors["x_std"].numpy()
-        self.attention_ = None
-        return lambda: self._build(self.n_features_)
