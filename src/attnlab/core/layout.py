@@ -176,3 +176,17 @@ def block_layout(mask_fn: M.MaskFn | None, n_q: int, n_k: int, *, causal: bool =
     density = sum(counts) / max(nqb * nkb, 1)
     return BlockLayout(n_q, n_k, bq, bk, band, mask_fn, items_q, items_kv, items_round, keep,
                        density)
+
+
+def keep_for_backward(ctx, spec, lay: BlockLayout, q, k, v, out, lse):
+    """What the backward of an attention over a layout's tiles recomputes from (the inputs,
+    ``(out, lse)``, the request and the layout), kept on ``ctx``; returns ``(out, lse)``."""
+    ctx.spec, ctx.lay = spec, lay
+    ctx.save_for_backward(q, k, v, out, lse)
+    return out, lse
+
+
+def kept_for_backward(ctx) -> tuple:
+    """``(q, k, v, out, lse, spec, layout)`` as :func:`keep_for_backward` kept them."""
+    q, k, v, out, lse = ctx.saved_tensors
+    return q, k, v, out, lse, ctx.spec, ctx.lay

@@ -315,22 +315,32 @@ def _validate_mask(mask: Any, batch_shape: tuple[int, ...], n_q: int, n_k: int,
     return mask, None
 
 
-def _causal_bias(mask: Any, causal: bool, n_q: int, n_k: int):
-    """``torch.nn.attention.bias.CausalBias`` as a mask: ``causal_lower_right`` is attnlab's
-    own causal (bottom-right aligned), ``causal_upper_left`` (SDPA's ``is_causal``) keeps
-    ``j <= i`` as a mask function. Returns ``(mask, causal)``."""
+def causal_bias_variant(mask: Any, n_q: int, n_k: int, name: str = "mask") -> str | None:
+    """``"lower_right"`` or ``"upper_left"`` where ``mask`` is a
+    ``torch.nn.attention.bias.CausalBias`` built for ``(n_q, n_k)`` (else a ValueError naming
+    ``name``), None for any other mask."""
     # A CausalBias exists only once its module is imported; importing it to ask would pull in
     # torch._dynamo (4 s) on the first call of every process.
     import sys
 
     bias = sys.modules.get("torch.nn.attention.bias")
     if mask is None or bias is None or not isinstance(mask, bias.CausalBias):
-        return mask, causal
+        return None
     if (mask.seq_len_q, mask.seq_len_kv) != (n_q, n_k):
-        raise ValueError(f"mask is a CausalBias for ({mask.seq_len_q}, {mask.seq_len_kv}) but "
-                         f"q and k give (N_q, N_k) = ({n_q}, {n_k}); build it with "
+        raise ValueError(f"{name} is a CausalBias for ({mask.seq_len_q}, {mask.seq_len_kv}) but "
+                         f"the inputs give (N_q, N_k) = ({n_q}, {n_k}); build it with "
                          f"causal_lower_right({n_q}, {n_k})")
-    if mask.variant == bias.CausalVariant.LOWER_RIGHT:
+    return "lower_right" if mask.variant == bias.CausalVariant.LOWER_RIGHT else "upper_left"
+
+
+def _causal_bias(mask: Any, causal: bool, n_q: int, n_k: int):
+    """``torch.nn.attention.bias.CausalBias`` as a mask: ``causal_lower_right`` is attnlab's
+    own causal (bottom-right aligned), ``causal_upper_left`` (SDPA's ``is_causal``) keeps
+    ``j <= i`` as a mask function. Returns ``(mask, causal)``."""
+    variant = causal_bias_variant(mask, n_q, n_k)
+    if variant is None:
+        return mask, causal
+    if variant == "lower_right":
         return None, True
     return M.causal(offset=0), causal                                  # upper left: j <= i
 

@@ -124,23 +124,13 @@ def watch(model: nn.Module, on_call=None):
             add(name, head_health(q, k, **_options_for_stats(q, k, options)))
         return attention(q, k, v, **options)
 
-    hf_prev = None
     from attnlab.integrations import transformers as hf
-    if hf.is_transformers_model(model):
-        hf.register(list(hf.RECORD_NAMES))
-        hf_prev = model.config._attn_implementation
-        model.set_attn_implementation(hf.record_name(model))
-    fast = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
     try:
-        with dispatch_to(route):
+        with hf.recorded(model), dispatch_to(route):
             yield diag
     finally:
-        torch.backends.mha.set_fastpath_enabled(fast)
         for h in handles:
             h.remove()
-        if hf_prev is not None:
-            model.set_attn_implementation(hf_prev)
 
 
 def _torch_mha_hook(add, names):

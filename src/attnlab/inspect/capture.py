@@ -241,25 +241,18 @@ def record(model: nn.Module):
 
             handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
             handles.append(m.register_forward_hook(post, with_kwargs=True))
-    hf_prev = None
-    if hf.is_transformers_model(model):
-        hf.register(list(hf.RECORD_NAMES))
-        hf_prev = model.config._attn_implementation
-        model.set_attn_implementation(hf.record_name(model))
-    fast = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    token = recording.push(rec)
     ok = False
     try:
-        yield rec
-        ok = True
+        with hf.recorded(model):
+            token = recording.push(rec)
+            try:
+                yield rec
+                ok = True
+            finally:
+                recording.pop(token)
     finally:
-        recording.pop(token)
-        torch.backends.mha.set_fastpath_enabled(fast)
         for h in handles:
             h.remove()
-        if hf_prev is not None:
-            model.set_attn_implementation(hf_prev)
     has_attnlab = any(isinstance(m, AttnlabMHA) for m in model.modules())
     if ok and not rec.raw:
         raise RuntimeError(

@@ -48,6 +48,8 @@ asked for them (``output_attentions=True``), from a backend that computes them.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from attnlab.core.api import attention
@@ -368,3 +370,25 @@ def record_name(model) -> str:
     """The recording name whose mask matches ``model``'s own implementation."""
     return "attnlab_record_eager" if model.config._attn_implementation == "eager" \
         else "attnlab_record"
+
+
+@contextlib.contextmanager
+def recorded(model):
+    """While the block runs, ``model``'s attention goes where inspect's and diagnose's recorders
+    read it, and comes back after: a transformers model on its record name
+    (:data:`RECORD_NAMES`, with the mask of its own implementation, so nothing it computes
+    changes), torch's ``MultiheadAttention`` off its fast path (which skips the module's
+    forward, where the hooks are)."""
+    prev = None
+    if is_transformers_model(model):
+        register(list(RECORD_NAMES))
+        prev = model.config._attn_implementation
+        model.set_attn_implementation(record_name(model))
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+        if prev is not None:
+            model.set_attn_implementation(prev)

@@ -27,14 +27,14 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from attnlab.nn.multihead import KVCache, MultiheadAttention
+from attnlab.nn.multihead import KVCache, MultiheadAttention, not_torch_twin
 from attnlab.nn.transformer import (
     Encoder,
     EncoderLayer,
     FeedForward,
+    TorchStack,
     layer_from_torch,
     layer_to_torch,
-    stack_from_torch,
 )
 
 
@@ -109,8 +109,7 @@ class DecoderLayer(nn.Module):
                    backend: str = "auto") -> "DecoderLayer":
         """An attnlab layer with the configuration and weights of a torch one."""
         if not isinstance(layer, nn.TransformerDecoderLayer):
-            raise TypeError(f"layer must be a torch.nn.TransformerDecoderLayer, got "
-                            f"{type(layer).__name__}")
+            raise TypeError(not_torch_twin(layer, nn.TransformerDecoderLayer, "layer"))
         return layer_from_torch(cls, layer, backend)
 
     def to_torch(self) -> nn.TransformerDecoderLayer:
@@ -118,9 +117,12 @@ class DecoderLayer(nn.Module):
         return layer_to_torch(self, nn.TransformerDecoderLayer)
 
 
-class Decoder(nn.Module):
+class Decoder(TorchStack, nn.Module):
     """A stack of ``num_layers`` copies of a :class:`DecoderLayer`, with an optional final
     norm (torch's ``TransformerDecoder``)."""
+
+    TORCH = nn.TransformerDecoder
+    LAYER = DecoderLayer
 
     def __init__(self, layer: DecoderLayer, num_layers: int, norm: nn.Module | None = None):
         super().__init__()
@@ -152,20 +154,6 @@ class Decoder(nn.Module):
                       tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal,
                       cache=None if cache is None else cache[i])
         return x if self.norm is None else self.norm(x)
-
-    @classmethod
-    def from_torch(cls, decoder: nn.TransformerDecoder, backend: str = "auto") -> "Decoder":
-        """An attnlab decoder with the weights of a ``torch.nn.TransformerDecoder``."""
-        if not isinstance(decoder, nn.TransformerDecoder):
-            raise TypeError(f"decoder must be a torch.nn.TransformerDecoder, got "
-                            f"{type(decoder).__name__}")
-        return stack_from_torch(cls, [DecoderLayer.from_torch(layer, backend)
-                                      for layer in decoder.layers], decoder.norm)
-
-    def to_torch(self) -> nn.TransformerDecoder:
-        """A ``torch.nn.TransformerDecoder`` with this decoder's weights."""
-        return stack_from_torch(nn.TransformerDecoder, [layer.to_torch() for layer in self.layers],
-                                self.norm)
 
 
 class Transformer(nn.Module):
@@ -217,7 +205,7 @@ class Transformer(nn.Module):
     def from_torch(cls, model: nn.Transformer, backend: str = "auto") -> "Transformer":
         """An attnlab Transformer with the layers and weights of a torch one."""
         if not isinstance(model, nn.Transformer):
-            raise TypeError(f"model must be a torch.nn.Transformer, got {type(model).__name__}")
+            raise TypeError(not_torch_twin(model, nn.Transformer, "model"))
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.encoder = Encoder.from_torch(model.encoder, backend)

@@ -20,14 +20,13 @@ bias there), where torch returns NaN.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from attnlab.core import attention
 from attnlab.core.api import current_route
+from attnlab.core.spec import causal_bias_variant
 from attnlab.nn import recording
 
 
@@ -108,6 +107,11 @@ class KVCache:
         return self.k, self.v
 
 
+def not_torch_twin(value, torch_class: type, name: str) -> str:
+    """The message of a ``from_torch`` given something other than its torch twin."""
+    return f"{name} must be a torch.nn.{torch_class.__name__}, got {type(value).__name__}"
+
+
 def _pad_masks(attn_mask, key_padding_mask):
     """One key more (a bias or zero key): masks get a column that masks nothing, as torch."""
     pad = [None if m is None else F.pad(m, (0, 1)) for m in (attn_mask, key_padding_mask)]
@@ -117,16 +121,10 @@ def _pad_masks(attn_mask, key_padding_mask):
 def _causal_bias(attn_mask, is_causal: bool, n_q: int, n_k: int):
     """``torch.nn.attention.bias.CausalBias`` as a mask: lower-right is attnlab's own causal
     (bottom-right aligned); upper-left (SDPA's is_causal) becomes a bool mask, True = masked."""
-    # A CausalBias exists only once its module is imported; importing it to ask would pull in
-    # torch._dynamo (4 s) on every first forward pass.
-    bias = sys.modules.get("torch.nn.attention.bias")
-    if attn_mask is None or bias is None or not isinstance(attn_mask, bias.CausalBias):
+    variant = causal_bias_variant(attn_mask, n_q, n_k, name="attn_mask")
+    if variant is None:
         return attn_mask, is_causal
-    if (attn_mask.seq_len_q, attn_mask.seq_len_kv) != (n_q, n_k):
-        raise ValueError(f"attn_mask is a CausalBias for ({attn_mask.seq_len_q}, "
-                         f"{attn_mask.seq_len_kv}) but the inputs give (N_q, N_k) = "
-                         f"({n_q}, {n_k}); build it with causal_lower_right({n_q}, {n_k})")
-    if attn_mask.variant == bias.CausalVariant.LOWER_RIGHT:
+    if variant == "lower_right":
         return None, True
     keep = torch.ones(n_q, n_k, dtype=torch.bool).tril()               # upper left: j <= i
     return ~keep, is_causal
@@ -398,8 +396,7 @@ class MultiheadAttention(nn.Module):
                    backend: str = "auto") -> "MultiheadAttention":
         """An attnlab module with the same configuration and weights as a torch one."""
         if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got "
-                            f"{type(module).__name__}")
+            raise TypeError(not_torch_twin(module, nn.MultiheadAttention, "module"))
         ref = module.out_proj.weight
         new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
                   bias=module.in_proj_bias is not None, add_bias_kv=module.bias_k is not None,

@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnlab.nn.multihead import MultiheadAttention
+from attnlab.nn.multihead import MultiheadAttention, not_torch_twin
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 _INITS = ("torch", "xavier_uniform", "kaiming")
@@ -193,8 +193,7 @@ class EncoderLayer(nn.Module):
     def from_torch(cls, layer: nn.TransformerEncoderLayer, backend: str = "auto") -> "EncoderLayer":
         """An attnlab layer with the configuration and weights of a torch one."""
         if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got "
-                            f"{type(layer).__name__}")
+            raise TypeError(not_torch_twin(layer, nn.TransformerEncoderLayer, "layer"))
         return layer_from_torch(cls, layer, backend)
 
     def to_torch(self) -> nn.TransformerEncoderLayer:
@@ -233,7 +232,31 @@ def layer_to_torch(layer: nn.Module, torch_cls):
     return out
 
 
-class Encoder(nn.Module):
+class TorchStack:
+    """``from_torch`` / ``to_torch`` of a stack of layers (:class:`Encoder`,
+    :class:`~attnlab.nn.Decoder`): a mixin whose class names its torch twin (``TORCH``), its
+    layer class (``LAYER``) and what torch's constructor takes beyond the layers
+    (``TORCH_KWARGS``)."""
+
+    TORCH: type[nn.Module]
+    LAYER: type[nn.Module]
+    TORCH_KWARGS: dict = {}
+
+    @classmethod
+    def from_torch(cls, stack: nn.Module, backend: str = "auto"):
+        """An attnlab stack with the layers and weights of a torch one (``TORCH``)."""
+        if not isinstance(stack, cls.TORCH):
+            raise TypeError(not_torch_twin(stack, cls.TORCH, cls.__name__.lower()))
+        return stack_from_torch(cls, [cls.LAYER.from_torch(layer, backend)
+                                      for layer in stack.layers], stack.norm)
+
+    def to_torch(self) -> nn.Module:
+        """The torch stack (``TORCH``) with the same layers and weights."""
+        return stack_from_torch(self.TORCH, [layer.to_torch() for layer in self.layers],
+                                self.norm, **self.TORCH_KWARGS)
+
+
+class Encoder(TorchStack, nn.Module):
     """A stack of ``num_layers`` copies of an :class:`EncoderLayer`, with an optional final norm
     (needed after pre-LN layers).
 
@@ -243,6 +266,10 @@ class Encoder(nn.Module):
         >>> len(res.attentions), len(res.hidden_states)
         (2, 3)
     """
+
+    TORCH = nn.TransformerEncoder
+    LAYER = EncoderLayer
+    TORCH_KWARGS = {"enable_nested_tensor": False}
 
     def __init__(self, layer: EncoderLayer, num_layers: int, norm: nn.Module | None = None,
                  init: str | None = None):
@@ -295,20 +322,6 @@ class Encoder(nn.Module):
             return x
         return EncoderOutput(x, tuple(hidden) if return_hidden_states else None,
                              tuple(maps) if return_weights else None)
-
-    @classmethod
-    def from_torch(cls, encoder: nn.TransformerEncoder, backend: str = "auto") -> "Encoder":
-        """An attnlab encoder with the layers and weights of a torch one."""
-        if not isinstance(encoder, nn.TransformerEncoder):
-            raise TypeError(f"encoder must be a torch.nn.TransformerEncoder, got "
-                            f"{type(encoder).__name__}")
-        return stack_from_torch(cls, [EncoderLayer.from_torch(layer, backend)
-                                      for layer in encoder.layers], encoder.norm)
-
-    def to_torch(self) -> nn.TransformerEncoder:
-        """A torch.nn.TransformerEncoder with the same layers and weights."""
-        return stack_from_torch(nn.TransformerEncoder, [layer.to_torch() for layer in self.layers],
-                                self.norm, enable_nested_tensor=False)
 
 
 def stack_from_torch(cls, layers: list[nn.Module], norm: nn.Module | None, **kwargs):

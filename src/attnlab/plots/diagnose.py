@@ -15,6 +15,14 @@ def _fig(axes):
     return first.figure
 
 
+def _titled(axes, title: str):
+    """Each panel's legend and the figure's title; returns the panels."""
+    for ax in axes:
+        ax.legend(fontsize=8)
+    _fig(axes).suptitle(title, fontsize=10)
+    return axes
+
+
 BLUE, ORANGE, GREEN, RED, GREY = "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8C8C8C"
 
 
@@ -88,10 +96,7 @@ def draw_temperature(result: dict, axes):
     for ax in (a, b):
         ax.minorticks_off()
         ax.set_xticks([0.5, 1, 2, 4], ["0.5", "1", "2", "4"])
-        ax.legend(fontsize=8)
-    _fig(axes).suptitle("Temperature on q, k of std 2 (a model whose projections have grown)",
-                        fontsize=10)
-    return axes
+    return _titled(axes, "Temperature on q, k of std 2 (a model whose projections have grown)")
 
 
 def save_temperature(result: dict, paths) -> None:
@@ -114,11 +119,8 @@ def draw_logit_growth(result: dict, axes):
           ylabel="largest attention logit", title="attention-logit growth")
     b.set(xscale="log", xlabel="learning rate", ylabel="final loss (last 20 steps)",
           title="final loss")
-    for ax in (a, b):
-        ax.legend(fontsize=8)
-    _fig(axes).suptitle("Learning-rate sweep with and without QK-norm (after Wortsman et al. 2023)",
-                 fontsize=10)
-    return axes
+    return _titled(axes, "Learning-rate sweep with and without QK-norm (after Wortsman et al. "
+                         "2023)")
 
 
 def save_logit_growth(result: dict, paths) -> None:

@@ -124,6 +124,64 @@ def _ds(s, t, vt, do, lse, delta, keep,
 
 
 @triton.jit
+def _offsets(start, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_DK: tl.constexpr,
+             BLOCK_DV: tl.constexpr):
+    """A program's own block of positions (``start``-th of BLOCK_A), the other side's block
+    offsets, and the head dims' offsets."""
+    return (start * BLOCK_A + tl.arange(0, BLOCK_A), tl.arange(0, BLOCK_B),
+            tl.arange(0, BLOCK_DK), tl.arange(0, BLOCK_DV))
+
+
+@triton.jit
+def _load_rows(P, bh, s_bh, s_n, offs, offs_d, n, d):
+    """The ``[len(offs), len(offs_d)]`` block of rows ``offs`` of head ``bh`` (0 past n, d)."""
+    return tl.load(P + bh * s_bh + offs[:, None] * s_n + offs_d[None, :],
+                   mask=(offs[:, None] < n) & (offs_d[None, :] < d), other=0.0)
+
+
+@triton.jit
+def _load_cols(P, bh, s_bh, s_n, offs, offs_d, n, d):
+    """The same block transposed, ``[len(offs_d), len(offs)]`` (K and V as the scores and
+    dP = dO V^T read them)."""
+    return tl.load(P + bh * s_bh + offs[None, :] * s_n + offs_d[:, None],
+                   mask=(offs[None, :] < n) & (offs_d[:, None] < d), other=0.0)
+
+
+@triton.jit
+def _store_rows(P, bh, s_bh, s_n, offs, offs_d, n, d, x):
+    """Writes ``x`` to rows ``offs`` of head ``bh`` in P's dtype (within n, d)."""
+    tl.store(P + bh * s_bh + offs[:, None] * s_n + offs_d[None, :], x.to(P.dtype.element_ty),
+             mask=(offs[:, None] < n) & (offs_d[None, :] < d))
+
+
+@triton.jit
+def _query_rows(Q, DO, LSE, DELTA, bh, sq_bh, sq_n, sdo_bh, sdo_n, offs_m, offs_dk, offs_dv,
+                n_q, d_k, d_v):
+    """What the backward reads of a block of queries: q, dO, lse (inf past n_q: P = 0 there)
+    and D = dO . O - dlse."""
+    rows = offs_m < n_q
+    q = _load_rows(Q, bh, sq_bh, sq_n, offs_m, offs_dk, n_q, d_k)
+    do = _load_rows(DO, bh, sdo_bh, sdo_n, offs_m, offs_dv, n_q, d_v)
+    lse = tl.load(LSE + bh * n_q + offs_m, mask=rows, other=float("inf"))
+    delta = tl.load(DELTA + bh * n_q + offs_m, mask=rows, other=0.0)
+    return q, do, lse, delta
+
+
+@triton.jit
+def _key_range(start_m, q_len, k_len, off, left, right, HAS_LEFT: tl.constexpr,
+               HAS_RIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The key blocks a block of queries visits: only those the band (and the sequence's
+    length) reaches, ``range(lo, hi, BLOCK_N)``."""
+    lo = 0
+    hi = k_len
+    if HAS_LEFT:
+        lo = tl.maximum(0, start_m * BLOCK_M + off - left)
+    if HAS_RIGHT:
+        hi = tl.minimum(hi, tl.minimum((start_m + 1) * BLOCK_M, q_len) - 1 + off + right + 1)
+    return (lo // BLOCK_N) * BLOCK_N, hi
+
+
+@triton.jit
 def flash_fwd(Q, K, V, O, LSE, QLEN, KLEN, OFF,
               sq_bh, sq_n, sk_bh, sk_n, sv_bh, sv_n, so_bh, so_n,
               n_q, n_k, d_k, d_v, H, G, scale, cap, left, right,
@@ -136,29 +194,18 @@ def flash_fwd(Q, K, V, O, LSE, QLEN, KLEN, OFF,
     b = bh // H
     kvh = bh // G                          # GQA: the G query heads of a K/V head are adjacent
     q_len, k_len, off = tl.load(QLEN + b), tl.load(KLEN + b), tl.load(OFF + b)
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-                mask=(offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k), other=0.0)
+    offs_m, offs_n0, offs_dk, offs_dv = _offsets(start_m, BLOCK_M, BLOCK_N, BLOCK_DK,
+                                                 BLOCK_DV)
+    q = _load_rows(Q, bh, sq_bh, sq_n, offs_m, offs_dk, n_q, d_k)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    # Only the key blocks the band (and the sequence's length) reaches are visited.
-    lo = 0
-    hi = k_len
-    if HAS_LEFT:
-        lo = tl.maximum(0, start_m * BLOCK_M + off - left)
-    if HAS_RIGHT:
-        hi = tl.minimum(hi, tl.minimum((start_m + 1) * BLOCK_M, q_len) - 1 + off + right + 1)
-    lo = (lo // BLOCK_N) * BLOCK_N
+    lo, hi = _key_range(start_m, q_len, k_len, off, left, right, HAS_LEFT, HAS_RIGHT,
+                        BLOCK_M, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        kt = tl.load(K + kvh * sk_bh + offs_n[None, :] * sk_n + offs_dk[:, None],
-                     mask=(offs_n[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0)
-        v = tl.load(V + kvh * sv_bh + offs_n[:, None] * sv_n + offs_dv[None, :],
-                    mask=(offs_n[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0)
+        kt = _load_cols(K, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k)
+        v = _load_rows(V, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v)
         s, _ = _scores(q, kt, scale, cap, SOFTCAP, PRECISION, UPCAST)
         keep = _band_keep(offs_m, offs_n, q_len, k_len, off, left, right, HAS_LEFT, HAS_RIGHT)
         s = tl.where(keep, s, float("-inf"))
@@ -176,14 +223,10 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, QLEN, KLEN, OFF,
               PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     start_n = tl.program_id(0)
     kvh = tl.program_id(1)
-    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m0 = tl.arange(0, BLOCK_M)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    kt = tl.load(K + kvh * sk_bh + offs_n[None, :] * sk_n + offs_dk[:, None],
-                 mask=(offs_n[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0)
-    vt = tl.load(V + kvh * sv_bh + offs_n[None, :] * sv_n + offs_dv[:, None],
-                 mask=(offs_n[None, :] < n_k) & (offs_dv[:, None] < d_v), other=0.0)
+    offs_n, offs_m0, offs_dk, offs_dv = _offsets(start_n, BLOCK_N, BLOCK_M, BLOCK_DK,
+                                                 BLOCK_DV)
+    kt = _load_cols(K, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k)
+    vt = _load_cols(V, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v)
     dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     for g in range(0, G):                  # the query heads sharing this K/V head: no atomics
@@ -200,24 +243,16 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, QLEN, KLEN, OFF,
         lo = (lo // BLOCK_M) * BLOCK_M
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + offs_m0
-            rows = offs_m < n_q
-            q = tl.load(Q + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-                        mask=rows[:, None] & (offs_dk[None, :] < d_k), other=0.0)
-            do = tl.load(DO + bh * sdo_bh + offs_m[:, None] * sdo_n + offs_dv[None, :],
-                         mask=rows[:, None] & (offs_dv[None, :] < d_v), other=0.0)
-            lse = tl.load(LSE + bh * n_q + offs_m, mask=rows, other=float("inf"))
-            delta = tl.load(DELTA + bh * n_q + offs_m, mask=rows, other=0.0)
+            q, do, lse, delta = _query_rows(Q, DO, LSE, DELTA, bh, sq_bh, sq_n, sdo_bh, sdo_n,
+                                            offs_m, offs_dk, offs_dv, n_q, d_k, d_v)
             s, t = _scores(q, kt, scale, cap, SOFTCAP, PRECISION, UPCAST)
             keep = _band_keep(offs_m, offs_n, q_len, k_len, off, left, right,
                               HAS_LEFT, HAS_RIGHT)
             p, ds = _ds(s, t, vt, do, lse, delta, keep, SOFTCAP, PRECISION, UPCAST)
             dv += _dot(tl.trans(p).to(do.dtype), do, PRECISION, UPCAST)
             dk += _dot(tl.trans(ds).to(q.dtype), q, PRECISION, UPCAST)
-    cols = offs_n < n_k
-    tl.store(DK + kvh * sk_bh + offs_n[:, None] * sk_n + offs_dk[None, :],
-             (dk * scale).to(DK.dtype.element_ty), mask=cols[:, None] & (offs_dk[None, :] < d_k))
-    tl.store(DV + kvh * sv_bh + offs_n[:, None] * sv_n + offs_dv[None, :],
-             dv.to(DV.dtype.element_ty), mask=cols[:, None] & (offs_dv[None, :] < d_v))
+    _store_rows(DK, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k, dk * scale)
+    _store_rows(DV, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v, dv)
 
 
 @triton.jit
@@ -233,37 +268,22 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, QLEN, KLEN, OFF,
     b = bh // H
     kvh = bh // G
     q_len, k_len, off = tl.load(QLEN + b), tl.load(KLEN + b), tl.load(OFF + b)
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    rows = offs_m < n_q
-    q = tl.load(Q + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-                mask=rows[:, None] & (offs_dk[None, :] < d_k), other=0.0)
-    do = tl.load(DO + bh * sdo_bh + offs_m[:, None] * sdo_n + offs_dv[None, :],
-                 mask=rows[:, None] & (offs_dv[None, :] < d_v), other=0.0)
-    lse = tl.load(LSE + bh * n_q + offs_m, mask=rows, other=float("inf"))
-    delta = tl.load(DELTA + bh * n_q + offs_m, mask=rows, other=0.0)
+    offs_m, offs_n0, offs_dk, offs_dv = _offsets(start_m, BLOCK_M, BLOCK_N, BLOCK_DK,
+                                                 BLOCK_DV)
+    q, do, lse, delta = _query_rows(Q, DO, LSE, DELTA, bh, sq_bh, sq_n, sdo_bh, sdo_n, offs_m,
+                                    offs_dk, offs_dv, n_q, d_k, d_v)
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
-    lo = 0
-    hi = k_len
-    if HAS_LEFT:
-        lo = tl.maximum(0, start_m * BLOCK_M + off - left)
-    if HAS_RIGHT:
-        hi = tl.minimum(hi, tl.minimum((start_m + 1) * BLOCK_M, q_len) - 1 + off + right + 1)
-    lo = (lo // BLOCK_N) * BLOCK_N
+    lo, hi = _key_range(start_m, q_len, k_len, off, left, right, HAS_LEFT, HAS_RIGHT,
+                        BLOCK_M, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        kt = tl.load(K + kvh * sk_bh + offs_n[None, :] * sk_n + offs_dk[:, None],
-                     mask=(offs_n[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0)
-        vt = tl.load(V + kvh * sv_bh + offs_n[None, :] * sv_n + offs_dv[:, None],
-                     mask=(offs_n[None, :] < n_k) & (offs_dv[:, None] < d_v), other=0.0)
+        kt = _load_cols(K, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k)
+        vt = _load_cols(V, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v)
         s, t = _scores(q, kt, scale, cap, SOFTCAP, PRECISION, UPCAST)
         keep = _band_keep(offs_m, offs_n, q_len, k_len, off, left, right, HAS_LEFT, HAS_RIGHT)
         _, ds = _ds(s, t, vt, do, lse, delta, keep, SOFTCAP, PRECISION, UPCAST)
         dq += _dot(ds.to(kt.dtype), tl.trans(kt), PRECISION, UPCAST)
-    tl.store(DQ + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-             (dq * scale).to(DQ.dtype.element_ty), mask=rows[:, None] & (offs_dk[None, :] < d_k))
+    _store_rows(DQ, bh, sq_bh, sq_n, offs_m, offs_dk, n_q, d_k, dq * scale)
 
 
 # ------------------------------------------------------------------------ block-sparse kernels
@@ -298,22 +318,17 @@ def sparse_fwd(Q, K, V, O, LSE, ROW_PTR, ROW_TILES, TILE_KB, TILE_FULL, KEEP,
     bh = tl.program_id(1)
     bm, hm = bh // H, bh % H
     kvh = bh // G
-    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-                mask=(offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k), other=0.0)
+    offs_m, offs_n0, offs_dk, offs_dv = _offsets(qb, BLOCK_M, BLOCK_N, BLOCK_DK,
+                                                 BLOCK_DV)
+    q = _load_rows(Q, bh, sq_bh, sq_n, offs_m, offs_dk, n_q, d_k)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     for i in range(tl.load(ROW_PTR + qb), tl.load(ROW_PTR + qb + 1)):
         t = tl.load(ROW_TILES + i)
         offs_n = tl.load(TILE_KB + t) * BLOCK_N + offs_n0
-        kt = tl.load(K + kvh * sk_bh + offs_n[None, :] * sk_n + offs_dk[:, None],
-                     mask=(offs_n[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0)
-        v = tl.load(V + kvh * sv_bh + offs_n[:, None] * sv_n + offs_dv[None, :],
-                    mask=(offs_n[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0)
+        kt = _load_cols(K, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k)
+        v = _load_rows(V, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v)
         s, _ = _scores(q, kt, scale, cap, SOFTCAP, PRECISION, UPCAST)
         keep = _tile_keep(KEEP, t, tl.load(TILE_FULL + t), bm, hm, skb, skh, skt, offs_m,
                           offs_n, n_q, n_k, BLOCK_M, BLOCK_N)
@@ -331,14 +346,10 @@ def sparse_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, COL_PTR, COL_TILES, TILE_QB
               PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     kb = tl.program_id(0)
     kvh = tl.program_id(1)
-    offs_n = kb * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m0 = tl.arange(0, BLOCK_M)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    kt = tl.load(K + kvh * sk_bh + offs_n[None, :] * sk_n + offs_dk[:, None],
-                 mask=(offs_n[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0)
-    vt = tl.load(V + kvh * sv_bh + offs_n[None, :] * sv_n + offs_dv[:, None],
-                 mask=(offs_n[None, :] < n_k) & (offs_dv[:, None] < d_v), other=0.0)
+    offs_n, offs_m0, offs_dk, offs_dv = _offsets(kb, BLOCK_N, BLOCK_M, BLOCK_DK,
+                                                 BLOCK_DV)
+    kt = _load_cols(K, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k)
+    vt = _load_cols(V, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v)
     dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     for g in range(0, G):
@@ -347,24 +358,16 @@ def sparse_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, COL_PTR, COL_TILES, TILE_QB
         for i in range(tl.load(COL_PTR + kb), tl.load(COL_PTR + kb + 1)):
             t = tl.load(COL_TILES + i)
             offs_m = tl.load(TILE_QB + t) * BLOCK_M + offs_m0
-            rows = offs_m < n_q
-            q = tl.load(Q + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-                        mask=rows[:, None] & (offs_dk[None, :] < d_k), other=0.0)
-            do = tl.load(DO + bh * sdo_bh + offs_m[:, None] * sdo_n + offs_dv[None, :],
-                         mask=rows[:, None] & (offs_dv[None, :] < d_v), other=0.0)
-            lse = tl.load(LSE + bh * n_q + offs_m, mask=rows, other=float("inf"))
-            delta = tl.load(DELTA + bh * n_q + offs_m, mask=rows, other=0.0)
+            q, do, lse, delta = _query_rows(Q, DO, LSE, DELTA, bh, sq_bh, sq_n, sdo_bh, sdo_n,
+                                            offs_m, offs_dk, offs_dv, n_q, d_k, d_v)
             s, th = _scores(q, kt, scale, cap, SOFTCAP, PRECISION, UPCAST)
             keep = _tile_keep(KEEP, t, tl.load(TILE_FULL + t), bm, hm, skb, skh, skt, offs_m,
                               offs_n, n_q, n_k, BLOCK_M, BLOCK_N)
             p, ds = _ds(s, th, vt, do, lse, delta, keep, SOFTCAP, PRECISION, UPCAST)
             dv += _dot(tl.trans(p).to(do.dtype), do, PRECISION, UPCAST)
             dk += _dot(tl.trans(ds).to(q.dtype), q, PRECISION, UPCAST)
-    cols = offs_n < n_k
-    tl.store(DK + kvh * sk_bh + offs_n[:, None] * sk_n + offs_dk[None, :],
-             (dk * scale).to(DK.dtype.element_ty), mask=cols[:, None] & (offs_dk[None, :] < d_k))
-    tl.store(DV + kvh * sv_bh + offs_n[:, None] * sv_n + offs_dv[None, :],
-             dv.to(DV.dtype.element_ty), mask=cols[:, None] & (offs_dv[None, :] < d_v))
+    _store_rows(DK, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k, dk * scale)
+    _store_rows(DV, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v, dv)
 
 
 @triton.jit
@@ -378,29 +381,19 @@ def sparse_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, ROW_PTR, ROW_TILES, TILE_KB, TILE
     bh = tl.program_id(1)
     bm, hm = bh // H, bh % H
     kvh = bh // G
-    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    rows = offs_m < n_q
-    q = tl.load(Q + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-                mask=rows[:, None] & (offs_dk[None, :] < d_k), other=0.0)
-    do = tl.load(DO + bh * sdo_bh + offs_m[:, None] * sdo_n + offs_dv[None, :],
-                 mask=rows[:, None] & (offs_dv[None, :] < d_v), other=0.0)
-    lse = tl.load(LSE + bh * n_q + offs_m, mask=rows, other=float("inf"))
-    delta = tl.load(DELTA + bh * n_q + offs_m, mask=rows, other=0.0)
+    offs_m, offs_n0, offs_dk, offs_dv = _offsets(qb, BLOCK_M, BLOCK_N, BLOCK_DK,
+                                                 BLOCK_DV)
+    q, do, lse, delta = _query_rows(Q, DO, LSE, DELTA, bh, sq_bh, sq_n, sdo_bh, sdo_n, offs_m,
+                                    offs_dk, offs_dv, n_q, d_k, d_v)
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
     for i in range(tl.load(ROW_PTR + qb), tl.load(ROW_PTR + qb + 1)):
         t = tl.load(ROW_TILES + i)
         offs_n = tl.load(TILE_KB + t) * BLOCK_N + offs_n0
-        kt = tl.load(K + kvh * sk_bh + offs_n[None, :] * sk_n + offs_dk[:, None],
-                     mask=(offs_n[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0)
-        vt = tl.load(V + kvh * sv_bh + offs_n[None, :] * sv_n + offs_dv[:, None],
-                     mask=(offs_n[None, :] < n_k) & (offs_dv[:, None] < d_v), other=0.0)
+        kt = _load_cols(K, kvh, sk_bh, sk_n, offs_n, offs_dk, n_k, d_k)
+        vt = _load_cols(V, kvh, sv_bh, sv_n, offs_n, offs_dv, n_k, d_v)
         s, th = _scores(q, kt, scale, cap, SOFTCAP, PRECISION, UPCAST)
         keep = _tile_keep(KEEP, t, tl.load(TILE_FULL + t), bm, hm, skb, skh, skt, offs_m,
                           offs_n, n_q, n_k, BLOCK_M, BLOCK_N)
         _, ds = _ds(s, th, vt, do, lse, delta, keep, SOFTCAP, PRECISION, UPCAST)
         dq += _dot(ds.to(kt.dtype), tl.trans(kt), PRECISION, UPCAST)
-    tl.store(DQ + bh * sq_bh + offs_m[:, None] * sq_n + offs_dk[None, :],
-             (dq * scale).to(DQ.dtype.element_ty), mask=rows[:, None] & (offs_dk[None, :] < d_k))
+    _store_rows(DQ, bh, sq_bh, sq_n, offs_m, offs_dk, n_q, d_k, dq * scale)

@@ -29,7 +29,7 @@ from attnlab.core.backends import _band
 from attnlab.core.dropout import keep_mask
 from attnlab.core.engine.compiled import loop
 from attnlab.core.geometry import band_range
-from attnlab.core.layout import BlockLayout, block_layout
+from attnlab.core.layout import BlockLayout, block_layout, keep_for_backward, kept_for_backward
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.score_mod import TileGrad
 from attnlab.core.score_mod import apply as apply_score_mod
@@ -250,14 +250,11 @@ class _BlockSparseAttention(torch.autograd.Function):
             out[:, qi], lse[:, qi] = merge_partials(out[:, qi], lse[:, qi], o, lse_i)
         out = out.view(n_bh, -1, spec.d_v)[:, : spec.n_q]
         lse = lse.view(n_bh, -1)[:, : spec.n_q]
-        ctx.spec, ctx.lay = spec, lay
-        ctx.save_for_backward(q, k, v, out, lse)
-        return out, lse
+        return keep_for_backward(ctx, spec, lay, q, k, v, out, lse)
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        spec, lay = ctx.spec, ctx.lay
+        q, k, v, out, lse, spec, lay = kept_for_backward(ctx)
         n_bh = q.shape[0]
         it = _Items(spec, lay, n_bh)
         captured_grads = [None] * len(spec.captured)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.core.layout import BlockLayout
+from attnlab.core.layout import BlockLayout, keep_for_backward, kept_for_backward
 from attnlab.core.registry import Capabilities, register_backend
 from attnlab.core.softmax import backward_terms
 from attnlab.core.spec import AttentionOutput, AttentionSpec
@@ -312,14 +312,11 @@ class _SparseAttention(torch.autograd.Function):
             q, k, v, out, lse, t.row_ptr, t.row_tiles, t.tile_kb, t.tile_full, t.keep,
             *_strides(q, k, v, out), *_keep_strides(t), **_common(q, k, v, spec),
             BLOCK_M=lay.block_q, BLOCK_N=lay.block_k)
-        ctx.spec, ctx.lay = spec, lay
-        ctx.save_for_backward(q, k, v, out, lse)
-        return out, lse
+        return keep_for_backward(ctx, spec, lay, q, k, v, out, lse)
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        spec, lay = ctx.spec, ctx.lay
+        q, k, v, out, lse, spec, lay = kept_for_backward(ctx)
         kern = _kernels()
         t = tiles_of(lay)
         d_out, delta, lse_b, (dq, dk, dv) = _backward_inputs(q, k, v, out, lse, d_out, d_lse)

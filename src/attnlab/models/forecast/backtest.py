@@ -17,8 +17,29 @@ from attnlab.models.forecast.baselines import BASELINES, forecast_errors
 from attnlab.models.forecast.bases import COMBINED
 
 
+class Scored:
+    """What a result of held-out forecasts shows: its ``metrics`` as a table, its
+    ``intervals``' coverage of ``actual`` (a mixin of the result dataclasses; ``COLUMNS``:
+    ``(title, metric, format)`` of the table's columns)."""
+
+    COLUMNS: tuple[tuple[str, str, str], ...] = ()
+
+    def coverage(self) -> dict[float, float]:
+        """The share of actual values inside each level's interval, pooled over every row."""
+        return interval_coverage(self.actual, self.intervals)
+
+    def table(self) -> str:
+        """The metrics as a Markdown table, best MASE first."""
+        rows = sorted(self.metrics.items(), key=lambda kv: kv[1]["MASE"])
+        out = ["| method | " + " | ".join(t for t, _, _ in self.COLUMNS) + " |",
+               "|---" * (len(self.COLUMNS) + 1) + "|"]
+        out += ["| " + " | ".join([name] + [format(m[key], fmt) for _, key, fmt in self.COLUMNS])
+                + " |" for name, m in rows]
+        return "\n".join(out)
+
+
 @dataclass
-class BacktestResult:
+class BacktestResult(Scored):
     """What :func:`rolling_origin` measured.
 
     Attributes:
@@ -46,18 +67,8 @@ class BacktestResult:
     intervals: dict | None = None
     notes: list[str] = field(default_factory=list)
 
-    def coverage(self) -> dict[float, float]:
-        """The share of actual values inside each level's interval, over origins and steps."""
-        return interval_coverage(self.actual, self.intervals)
-
-    def table(self) -> str:
-        """The metrics as a Markdown table, best MASE first."""
-        rows = sorted(self.metrics.items(), key=lambda kv: kv[1]["MASE"])
-        out = ["| method | MAE | RMSE | MAPE % | MASE |", "|---|---|---|---|---|"]
-        for name, m in rows:
-            out.append(f"| {name} | {m['MAE']:.3f} | {m['RMSE']:.3f} | {m['MAPE']:.2f} | "
-                       f"{m['MASE']:.3f} |")
-        return "\n".join(out)
+    COLUMNS = (("MAE", "MAE", ".3f"), ("RMSE", "RMSE", ".3f"), ("MAPE %", "MAPE", ".2f"),
+               ("MASE", "MASE", ".3f"))
 
 
 

@@ -25,10 +25,7 @@ def forecaster_equations(model) -> Equations:
     L, H, d = model.effective_lookback, model.horizon, model.hidden_size
     n_in = getattr(model, "n_features_", 2 + (2 if model.effective_season > 1 else 0))
     if model.encoder == "transformer":
-        enc = (r"\mathbf{H} = \left[\mathbf{h}_1; \ldots; \mathbf{h}_L\right]",
-               r"\mathrm{Encoder}_{" + str(model.num_layers) + r"}\left("
-               r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
-               f"{L} \\times {d}}}")
+        enc = _transformer_encoder(model.num_layers, L, d)
     else:
         cell = model.encoder.upper()
         enc = (r"\mathbf{h}_t", r"\mathrm{" + cell + r"}\left(\mathbf{x}_t, "
@@ -112,15 +109,20 @@ def forecaster_equations(model) -> Equations:
     return Equations(f"AttentionForecaster ({model.encoder} encoder)", lines, where)
 
 
+def _transformer_encoder(layers: int, L: int, d: int) -> tuple[str, str]:
+    """The line of a Transformer encoder over the window: ``H = Encoder(X W_in + P)``."""
+    return (r"\mathbf{H} = \left[\mathbf{h}_1; \ldots; \mathbf{h}_L\right]",
+            r"\mathrm{Encoder}_{" + str(layers) + r"}\left("
+            r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
+            f"{L} \\times {d}}}")
+
+
 def global_equations(model) -> Equations:
     """The equations of a :class:`~attnlab.models.forecast.GlobalForecaster`: one network for
     every series, each series' base and scale its own (fitted or not)."""
     L, H, d = model.effective_lookback, model.horizon, model.hidden_size
     if model.encoder == "transformer":
-        enc = (r"\mathbf{H} = \left[\mathbf{h}_1; \ldots; \mathbf{h}_L\right]",
-               r"\mathrm{Encoder}_{" + str(model.num_layers) + r"}\left("
-               r"\mathbf{X} \mathbf{W}_{\mathrm{in}} + \mathbf{P}\right) \in \mathbb{R}^{"
-               f"{L} \\times {d}}}")
+        enc = _transformer_encoder(model.num_layers, L, d)
     else:
         enc = (r"\mathbf{h}_t", r"\mathrm{" + model.encoder.upper() + r"}\left(x_t, "
                r"\mathbf{h}_{t-1}\right) \in \mathbb{R}^{" + str(d) + r"}, \quad t = 1, "

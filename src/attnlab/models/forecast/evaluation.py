@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.base import clone
 
 from attnlab.models.forecast.ablation import AblationResult
-from attnlab.models.forecast.backtest import interval_coverage
+from attnlab.models.forecast.backtest import Scored
 from attnlab.models.forecast.baselines import forecast_errors, seasonal_scale
 from attnlab.models.forecast.bases import COMBINED, fit_first
 
@@ -28,7 +28,7 @@ PANEL_BASELINES = ("seasonal_naive", "ets", "arima", "theta", "combination")
 
 
 @dataclass
-class PanelResult:
+class PanelResult(Scored):
     """What :func:`holdout_panel` measured; row ``i`` of every array is series ``ids[i]``.
 
     Attributes:
@@ -57,16 +57,7 @@ class PanelResult:
     intervals: dict | None = None
     notes: list[str] = field(default_factory=list)
 
-    def coverage(self) -> dict[float, float]:
-        """The share of held-out values inside each level's interval, pooled."""
-        return interval_coverage(self.actual, self.intervals)
-
-    def table(self) -> str:
-        """The metrics as a Markdown table, best MASE first."""
-        rows = sorted(self.metrics.items(), key=lambda kv: kv[1]["MASE"])
-        out = ["| method | sMAPE % | MASE |", "|---|---|---|"]
-        out += [f"| {k} | {m['sMAPE']:.2f} | {m['MASE']:.3f} |" for k, m in rows]
-        return "\n".join(out)
+    COLUMNS = (("sMAPE %", "sMAPE", ".2f"), ("MASE", "MASE", ".3f"))
 
 
 def split_panel(Y, horizon: int) -> tuple[list, list[np.ndarray], list[np.ndarray], list]:

@@ -19,14 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from attnlab.models import io
 from attnlab.models._params import FRACTION, POSITIVE_INT, TRAINING
-from attnlab.models.graph.data import (  # noqa: F401
-    Graph,
-    GraphInputError,
-    from_csv,
-    from_frames,
-    from_networkx,
-    karate,
-)
+from attnlab.models.graph.data import Graph, karate  # noqa: F401  (karate: the doctest's)
 from attnlab.models.latex import Equations
 from attnlab.models.training import (
     TrainConfig,

@@ -82,3 +82,10 @@ def conformance(exercise: str, fn, supports: set[str] = frozenset({"scale"})) ->
                        f"finds: {report.failures[0]}")
     return Verdict(exercise, True, f"{len(report.results)} conformance checks, outputs and "
                    "gradients")
+
+
+def changed_outputs(want, got) -> str:
+    """Which outputs change, as the checks of exercises 4.3 and 10.3 say it: the expected
+    positions, then the answer's."""
+    return (f"the outputs that change are {want.nonzero().flatten().tolist()}, you said "
+            f"{got.nonzero().flatten().tolist()}")

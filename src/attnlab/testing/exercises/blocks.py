@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict, conformance, dtype_name, tolerance
+from attnlab.testing.exercises._verdict import (
+    Verdict,
+    changed_outputs,
+    conformance,
+    dtype_name,
+    tolerance,
+)
 
 
 def _biased(fn: Callable) -> Verdict:
@@ -48,9 +54,8 @@ def _changed(fn: Callable) -> Verdict:
             .abs().amax(-1) > 1e-9
         got = torch.as_tensor(fn(n, i, j)).bool()
         if tuple(got.shape) != (n,) or not torch.equal(got, want):
-            return Verdict("4.3", False, f"n = {n}, swapping {i} and {j}: the outputs that change "
-                           f"are {want.nonzero().flatten().tolist()}, you said "
-                           f"{got.nonzero().flatten().tolist()}")
+            return Verdict("4.3", False, f"n = {n}, swapping {i} and {j}: "
+                           + changed_outputs(want, got))
     return Verdict("4.3", True, "three swaps, computed with attnlab.attention")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, changed_outputs
 
 
 def _causal_mask(fn: Callable) -> Verdict:
@@ -62,9 +62,7 @@ def _moved_positions(fn: Callable) -> Verdict:
         got = torch.as_tensor(fn(n, t)).bool()
         want = torch.arange(n) > t
         if tuple(got.shape) != (n,) or not torch.equal(got, want):
-            return Verdict("10.3", False, f"for n = {n}, t = {t} the outputs that change are "
-                           f"{want.nonzero().flatten().tolist()}, you said "
-                           f"{got.nonzero().flatten().tolist()}")
+            return Verdict("10.3", False, f"for n = {n}, t = {t} " + changed_outputs(want, got))
     return Verdict("10.3", True, "positions after t")
 
 

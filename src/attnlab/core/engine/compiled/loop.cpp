@@ -162,6 +162,19 @@ inline int tile_kind(const Band& b, int64_t i0, int64_t i1, int64_t j0, int64_t 
   return 1;                                                           // partial
 }
 
+// Calls f(j0, j1, kind) for each key block of query rows i0 .. i1-1 that the band reaches
+// (kind 1: the band cuts the tile, 2: it covers it).
+template <class F>
+inline void for_tiles(const Band& band, int64_t i0, int64_t i1, int64_t block_k, int64_t NK,
+                      F&& f) {
+  const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
+  for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
+    const int64_t j1 = std::min(NK, j0 + block_k);
+    const int kind = tile_kind(band, i0, i1, j0, j1);
+    if (kind != 0) f(j0, j1, kind);
+  }
+}
+
 // Folds a tile row's largest score `top` into the row's running largest (`best`), its first
 // key (`argmax`) and whether another key ties with it (`tied`).
 inline void fold_max(const float* row, int cols, float top, int64_t j0, float& best,
@@ -595,11 +608,7 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
             const float l = lp[bh * NQ + i0 + r];
             shift[r] = l == kNegInf ? std::numeric_limits<float>::infinity() : l * kLog2e;
           }
-          const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
-          for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
-            const int64_t j1 = std::min(NK, j0 + block_k);
-            const int kind = tile_kind(band, i0, i1, j0, j1);
-            if (kind == 0) continue;
+          for_tiles(band, i0, i1, block_k, NK, [&](int64_t j0, int64_t j1, int kind) {
             const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
             gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, p.data(),
                     ld);
@@ -642,7 +651,7 @@ std::vector<at::Tensor> backward(at::Tensor q, at::Tensor q_raw, at::Tensor k,
                     dqb, DK);
             gemm_rm(false, true, cols, DK, rows, 1.0f, dp.data(), ld, qrb, DK, 1.0f,
                     dkh + j0 * DK, DK);
-          }
+          });
         }
       }
     }
@@ -684,11 +693,7 @@ at::Tensor rows_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor ke
         for (int64_t x = i0; x < i1 && !any; ++x) any = slp[x] >= 0;
         if (!any) continue;
         const float* qb = qp + (bh * NQ + i0) * DK;
-        const int64_t j_lo = (band.lo(i0) / block_k) * block_k, j_hi = band.hi(i1 - 1);
-        for (int64_t j0 = j_lo; j0 < j_hi; j0 += block_k) {
-          const int64_t j1 = std::min(NK, j0 + block_k);
-          const int kind = tile_kind(band, i0, i1, j0, j1);
-          if (kind == 0) continue;
+        for_tiles(band, i0, i1, block_k, NK, [&](int64_t j0, int64_t j1, int kind) {
           const int cols = static_cast<int>(j1 - j0), ld = round_up(cols);
           gemm_rm(true, false, rows, cols, DK, 1.0f, qb, DK, kh + j0 * DK, DK, 0.0f, s.data(),
                   ld);
@@ -704,7 +709,7 @@ at::Tensor rows_pass(at::Tensor q, at::Tensor k, at::Tensor shift, at::Tensor ke
             for (int c = 0; c < ld; c += W) store(row + c, exp2v(load(row + c) - sh));
             for (int c = 0; c < cols; ++c) dst[c] += row[c] * kf;
           }
-        }
+        });
       }
     }
   });
