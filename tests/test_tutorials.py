@@ -25,6 +25,8 @@ import nbclient
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.tutorial
+
 TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "docs" / "tutorials").glob("*.ipynb"))
 SOLUTIONS = sorted((TUTORIALS[0].parent / "solutions").glob("*.ipynb"))
 FIGURES = {"01": 2, "02": 3, "03": 2, "04": 2, "05": 3, "06": 4, "07": 3, "08": 2, "09": 2,

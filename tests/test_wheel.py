@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ("attnlab/inspect/report/report.js", "attnlab/inspect/report/census.js",
         "attnlab/inspect/report/report.css", "attnlab/inspect/report/page.html",

@@ -11,7 +11,8 @@ import pytest
 
 from attnlab.cli import main
 
-pytestmark = pytest.mark.xdist_group("first-run")       # one worker builds the fitted folder
+# one worker builds the fitted folder
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("first-run")]
 
 SEASON = np.array([0, 2, 5, 9, 4, 1, -1, -3, -8, -4, -2, -1.0])
 

@@ -6,9 +6,12 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from attnlab.cli import main
+
+pytestmark = pytest.mark.slow
 
 SHAPE = np.array([0, 1, 3, 6, 3, 1, 0, -1, -4, -6, -2, -1.0])
 

@@ -4,7 +4,8 @@ holds an origin, else a note that the error is not measured (and the paper says 
 
 The lengths where the behaviour changes (one observation more than the drift base needs, two
 seasons, one backtest origin at horizon 12, the network's 58, its first backtest origin at 70)
-run in ``make test``; every length from 3 to 80 runs in ``make sweeps`` (CI runs both)."""
+run in ``make check``'s end-to-end tier; every other length from 3 to 80 in ``make sweeps``
+(test_every_length_sweep.py; CI runs both)."""
 
 import json
 
@@ -13,6 +14,8 @@ import pandas as pd
 import pytest
 
 from attnlab.cli import main
+
+pytestmark = pytest.mark.slow
 
 BOUNDARIES = (3, 5, 13, 25, 35, 36, 57, 58, 70)
 
@@ -57,7 +60,3 @@ def test_a_monthly_series_of_any_length_gets_a_forecast_and_a_paper(n, tmp_path,
     _run(n, tmp_path, capsys)
 
 
-@pytest.mark.sweep
-@pytest.mark.parametrize("n", [n for n in range(3, 81) if n not in BOUNDARIES])
-def test_every_other_length_from_3_to_80(n, tmp_path, capsys):
-    _run(n, tmp_path, capsys)

@@ -13,6 +13,9 @@ from attnlab.core.engine.modifiers import fused
 from attnlab.core.stats import attention_stats
 
 B, H = 2, 3
+# one worker pays inductor's start-up and compiles (about 15 s cold), not both
+pytestmark = pytest.mark.xdist_group("inductor")
+
 SLOPES = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)   # float64, as alibi_slopes
 TABLE = torch.randn(H, 257, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("distributed")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -14,7 +14,7 @@ import pytest
 from attnlab.distributed import SpawnError, spawn
 from tests.distributed import _workers as W
 
-pytestmark = pytest.mark.xdist_group("distributed")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 ROOT = Path(__file__).resolve().parents[2]
 
 

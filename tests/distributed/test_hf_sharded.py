@@ -13,7 +13,7 @@ from attnlab.distributed import SpawnError, spawn
 from tests.distributed import _hf_workers as W
 
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.xdist_group("distributed")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 
 FAMILIES = ("llama", "mistral", "qwen2", "gemma2", "gpt_oss", "gpt2", "bert")
 # transformers' gpt-oss experts (torch grouped_mm) take no float64: float32 is its precision

@@ -12,6 +12,8 @@ import torch
 
 from tests.helpers import open_report
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "notebooks" / "inspect.ipynb"
 TEXT = "The animal didn't cross the street because it was too tired."
 

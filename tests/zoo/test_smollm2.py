@@ -8,7 +8,7 @@ import torch
 
 from attnlab.zoo import smollm2
 
-pytestmark = pytest.mark.xdist_group("smollm2")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2")]
 
 
 @pytest.fixture(scope="module")

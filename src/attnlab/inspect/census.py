@@ -35,6 +35,7 @@ from attnlab.inspect.collect import (
     tokens_of,
 )
 from attnlab.inspect.labels import LABELS
+from attnlab.inspect.tokens import reading_pieces
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Census:
     summary_past: dict[str, torch.Tensor] = field(default_factory=dict)
     labels_past: list[list[str]] = field(default_factory=list)
     causal: list[bool] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
 
     @property
     def layers(self) -> int:
@@ -226,6 +228,8 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     if ids is None:
         ids = torch.arange(collector.layers[0][1].lse.shape[-1])
     tokens = tokens_of(tokenizer, ids)
+    pieces = (reading_pieces(tokenizer, tokens) if tokenizer is not None
+              else [t if i == 0 else " " + t for i, t in enumerate(tokens)])   # ids as numbers
     if trained is None and is_hf:
         trained = getattr(model.config, "max_position_embeddings", None)
     if trained is not None and (not isinstance(trained, int) or isinstance(trained, bool)
@@ -235,6 +239,7 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     out = _assemble(collector, ids if input_ids is not None else None, tokens,
                     name or type(model).__name__, sink_keys, band, real,
                     trained if trained is not None and len(tokens) > trained else None)
+    out.pieces = pieces
     if real is not None and not bool(real.all()):
         out.notes.append(f"{int((~real).sum())} padding tokens: their rows count for nothing, "
                          f"and the sink is the first real token (position {sink_start})")

@@ -36,3 +36,52 @@ def display_tokens(tok, tokens: list[str]) -> list[str]:
         else:
             out.append(t)                    # special tokens (<|endoftext|>) and the like
     return out
+
+
+# Punctuation that follows a word without a space, and brackets after which the next word
+# follows without one (as transformers' clean_up_tokenization and a reader write them).
+_CLOSES = set(".,;:!?%)]}'\u2019\u201d") | {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "n't"}
+_OPENS = set("([{\u2018\u201c$#")
+_AFTER_APOSTROPHE = {"s", "t", "re", "ve", "m", "ll", "d"}        # Kent ' s -> Kent's
+
+
+def _decoder_kind(tok) -> str | None:
+    """The name of a tokenizer's decoder (``ByteLevel``, ``WordPiece``, ``Metaspace``), for
+    transformers' fast tokenizers and attnlab's own, else None."""
+    for backend in (getattr(tok, "backend_tokenizer", None), getattr(tok, "_tok", None)):
+        decoder = getattr(backend, "decoder", None)
+        if decoder is not None:
+            return type(decoder).__name__
+    return None
+
+
+def reading_pieces(tok, tokens: list[str]) -> list[str]:
+    """Each token as the text it adds when the tokens are read in order, its spacing included,
+    so that ``"".join(pieces)`` reads as the text and a report can mark one token inside it.
+
+    Byte-level BPE tokens, as :func:`display_tokens` decodes them, already carry their spaces
+    (``" the"``) and a byte tokenizer's tokens are the text's own characters: both are kept.
+    SentencePiece's ``"▁"`` is the space it stands for. WordPiece (BERT) drops the spaces:
+    a ``"##"`` piece continues the word before it, punctuation closes up to it, a word after an
+    opening bracket follows it without one, and so does ``s``, ``t``, ``re`` ... after an
+    apostrophe; every other token is a new word after a space.
+    Without a tokenizer (``tok=None``), tokens with ``"##"`` pieces are read as WordPiece, with
+    ``"▁"`` as SentencePiece, and others as they are."""
+    kind = _decoder_kind(tok) if tok is not None else None
+    if kind is None:
+        kind = ("WordPiece" if any(t.startswith("##") for t in tokens)
+                else "Metaspace" if any("\u2581" in t for t in tokens) else "as is")
+    if kind == "Metaspace":
+        return [t.replace("\u2581", " ") for t in tokens]
+    if kind != "WordPiece":
+        return list(tokens)
+    out = []
+    for i, t in enumerate(tokens):
+        if t.startswith("##") and len(t) > 2:
+            out.append(t[2:])
+        elif (i == 0 or t in _CLOSES or tokens[i - 1] in _OPENS
+              or (tokens[i - 1] in ("'", "\u2019") and t in _AFTER_APOSTROPHE)):
+            out.append(t)
+        else:
+            out.append(" " + t)
+    return out

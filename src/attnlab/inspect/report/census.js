@@ -12,15 +12,20 @@ if ($('still')) $('still').hidden = true;
 const num = v => v === 0 ? '0' : Math.abs(v) >= 100 ? Math.round(v).toLocaleString('en')
   : Math.abs(v) < 1e-3 ? v.toExponential(2) : v.toPrecision(3);
 const cellText = (key, v) => key === 'distance' ? Math.round(v).toLocaleString('en') : v.toFixed(2);
-// a token with the text around it: 12 tokens each side for bytes, 5 for words and pieces
-const join = D.context > 5 ? '' : ' ';
+// a token with the text around it, read as text: each piece carries its own spacing (the
+// tokenizer's, see attnlab.inspect.tokens.reading_pieces), so only the token itself is marked,
+// in brackets, with about 40 characters each side
+const PIECES = D.text && D.text.length === D.tokens.length ? D.text : D.tokens;
+const SIDE = 40;
 function ctxt(i){
-  if (i < 0 || i >= D.tokens.length) return '';
-  const a = Math.max(0, i - D.context), b = Math.min(D.tokens.length, i + D.context + 1);
-  const show = t => t.replace(/\n/g, '\u21b5');
-  return (a > 0 ? '\u2026' : '') + D.tokens.slice(a, i).map(show).join(join) + '[' +
-    show(D.tokens[i]) + ']' + D.tokens.slice(i + 1, b).map(show).join(join) +
-    (b < D.tokens.length ? '\u2026' : '');
+  if (i < 0 || i >= PIECES.length) return '';
+  const show = t => t.replace(/\r?\n/g, '\u21b5');
+  let before = '', a = i, after = '', b = i + 1;
+  while (a > 0 && before.length < SIDE) { a -= 1; before = PIECES[a] + before; }
+  while (b < PIECES.length && after.length < SIDE) { after += PIECES[b]; b += 1; }
+  const t = PIECES[i], lead = /^\s*$/.test(t) ? '' : t.match(/^\s*/)[0];
+  return (a > 0 ? '\u2026' : '') + show(before) + lead + '[' + show(t.slice(lead.length)) + ']' +
+    show(after) + (b < PIECES.length ? '\u2026' : '');
 }
 const ctxCell = i => { const td = document.createElement('td'); td.className = 'ctx';
   td.textContent = ctxt(i); return td; };

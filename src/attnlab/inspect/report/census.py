@@ -38,6 +38,7 @@ from attnlab._files import write_text_atomic
 from attnlab.inspect import labels as table
 from attnlab.inspect.labels import LABEL_COLORS, LETTERS
 from attnlab.inspect.report import _json_island, asset
+from attnlab.inspect.tokens import reading_pieces
 
 CURVE_POINTS = 2048     # curves: bin means over at most this many bins
 CURVE_VALUES = 1_000_000  # ... and fewer where all heads' curves would hold more values
@@ -146,14 +147,6 @@ def findings(c) -> list[str]:
     return out
 
 
-def _context(tokens: list[str]) -> int:
-    """How many tokens of context each side a table shows: 12 for a byte or character
-    tokenizer, 5 for words and pieces."""
-    sample = tokens[:2000]
-    short = sum(len(t) <= 1 for t in sample)
-    return 12 if short > 0.8 * max(len(sample), 1) else 5
-
-
 def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
     """What the page's script draws for a :class:`~attnlab.inspect.census.Census`, as one
     JSON-able dict (see the module docstring)."""
@@ -192,7 +185,8 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "curve_titles": [list(x) for x in names], "curves": curves,
         "curve_bytes": 4 if wide else 2, "curve_bins": binned.shape[-1],
         "trained": c.trained, "summary_past": past, "labels_past": c.labels_past,
-        "causal": list(c.causal) or [False] * L, "context": _context(c.tokens),
+        "causal": list(c.causal) or [False] * L,
+        "text": c.pieces or reading_pieces(None, c.tokens),
         "sinks": sinks, "first_stat": first,
         "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
                                                                       top.indices.tolist())],
