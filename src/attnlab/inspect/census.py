@@ -42,7 +42,9 @@ from attnlab.inspect.tokens import reading_pieces
 class Census:
     """Per-position statistics ``stats[name] (L, H, N)`` (``received``: per key), per-head
     means ``summary[name] (L, H)`` over the positions that see a key, labels ``(L, H)``, the
-    tokens and the settings. With ``pooled=`` also ``maps["mean"|"max"] (L, H, G, G)``, and
+    tokens (and ``pieces``: each token as the text it adds when read in order, its spacing
+    included, for the report's contexts; :func:`~attnlab.inspect.tokens.reading_pieces`) and
+    the settings. With ``pooled=`` also ``maps["mean"|"max"] (L, H, G, G)``, and
     ``rows`` ``{layer: (row_index (R,), weights (H, R, N))}``: exact rows of named queries and
     of each layer's sharpest late rows."""
 
