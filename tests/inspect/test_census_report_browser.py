@@ -83,7 +83,8 @@ def test_rows_shown_are_the_weights(tmp_path):
             key, context, weight = lines.nth(i).locator("td").all_text_contents()
             true = float(maps[1][0, 2, 150, int(key)])
             assert abs(float(weight) - true) <= 5e-4 * true, (key, weight, true)
-            assert "[" in context and "]" in context                    # the key in context
+            mark = lines.nth(i).locator("td.ctx mark").text_content()
+            assert mark and mark in context                             # the key in context
         assert opened.errors == []
 
 
@@ -202,14 +203,21 @@ def test_contexts_read_as_the_text_in_chromium(which, tmp_path):
     reads = text.lower() if which == "minilm" else text
     with open_report(path) as opened:
         page = opened.page
-        cells = page.locator("[data-el=received] td.ctx").all_text_contents()
-        page.select_option("[data-el=row]", index=0)
-        cells += page.locator("[data-el=row-table] td.ctx").all_text_contents()
-    assert len(cells) > 10
-    for cell in cells:
-        plain = cell
+        cells, marked = [], []
+        for table in ("received", "row-table"):
+            if table == "row-table":
+                page.select_option("[data-el=row]", index=0)
+            ctx = page.locator(f"[data-el={table}] td.ctx")
+            cells += ctx.all_text_contents()
+            marked += page.locator(f"[data-el={table}] td.ctx mark").all_text_contents()
+        options = page.locator("[data-el=row] option").all_text_contents()
+    assert len(cells) > 10 and len(marked) == len(cells)     # one token marked in each
+    for option in options:                  # plain text: the token between white brackets
+        assert option == "none kept" or option.count("\u27e6") == option.count("\u27e7") == 1
+    for cell, token in zip(cells, marked):
+        assert token and token in cell, (cell, token)
+        plain = cell.strip("\u2026")
         for special in ("[CLS]", "[SEP]", "</s>"):           # the tokenizers' own markers
-            plain = plain.replace(f"[{special}]", "").replace(special, "")
-        assert plain.count("[") == plain.count("]") <= 1, cell      # the one token marked
-        plain = plain.replace("[", "").replace("]", "").strip("\u2026").strip()
+            plain = plain.replace(special, "")
+        plain = plain.strip()
         assert plain in reads, (which, cell)

@@ -13,22 +13,32 @@ const num = v => v === 0 ? '0' : Math.abs(v) >= 100 ? Math.round(v).toLocaleStri
   : Math.abs(v) < 1e-3 ? v.toExponential(2) : v.toPrecision(3);
 const cellText = (key, v) => key === 'distance' ? Math.round(v).toLocaleString('en') : v.toFixed(2);
 // a token with the text around it, read as text: each piece carries its own spacing (the
-// tokenizer's, see attnlab.inspect.tokens.reading_pieces), so only the token itself is marked,
-// in brackets, with about 40 characters each side
+// tokenizer's, see attnlab.inspect.tokens.reading_pieces), so only the token itself is marked
+// (highlighted in tables, between white brackets in plain text), about 40 characters each side
 const PIECES = D.text && D.text.length === D.tokens.length ? D.text : D.tokens;
 const SIDE = 40;
-function ctxt(i){
-  if (i < 0 || i >= PIECES.length) return '';
+function ctxParts(i){
   const show = t => t.replace(/\r?\n/g, '\u21b5');
   let before = '', a = i, after = '', b = i + 1;
   while (a > 0 && before.length < SIDE) { a -= 1; before = PIECES[a] + before; }
   while (b < PIECES.length && after.length < SIDE) { after += PIECES[b]; b += 1; }
   const t = PIECES[i], lead = /^\s*$/.test(t) ? '' : t.match(/^\s*/)[0];
-  return (a > 0 ? '\u2026' : '') + show(before) + lead + '[' + show(t.slice(lead.length)) + ']' +
-    show(after) + (b < PIECES.length ? '\u2026' : '');
+  return [(a > 0 ? '\u2026' : '') + show(before) + lead, show(t.slice(lead.length)),
+          show(after) + (b < PIECES.length ? '\u2026' : '')];
 }
-const ctxCell = i => { const td = document.createElement('td'); td.className = 'ctx';
-  td.textContent = ctxt(i); return td; };
+function ctxt(i){
+  if (i < 0 || i >= PIECES.length) return '';
+  const [before, token, after] = ctxParts(i);
+  return before + '\u27e6' + token + '\u27e7' + after;
+}
+const ctxCell = i => {
+  const td = document.createElement('td'); td.className = 'ctx';
+  if (i < 0 || i >= PIECES.length) return td;
+  const [before, token, after] = ctxParts(i), mark = document.createElement('mark');
+  mark.textContent = token;
+  td.append(document.createTextNode(before), mark, document.createTextNode(after));
+  return td;
+};
 // viridis, sampled at 9 stops
 const STOPS = [[68,1,84],[71,44,122],[59,81,139],[44,113,142],[33,144,141],[39,173,129],
                [92,200,99],[170,220,50],[253,231,37]];
