@@ -99,3 +99,102 @@ def test_the_note_past_the_trained_length_states_what_the_maps_show():
     pulled = float((maps[layer, head, 1:128].argmax(-1) >= 128).double().mean())
     assert f"{pulled:.0%} of its queries 1-127" in note
     assert "never learned, and heads" not in note and "at most 128 tokens" in note
+
+
+def _uniform_summary(n: int, causal: bool, ids=None):
+    from attnlab.core.stats import reference_stats
+    from attnlab.inspect import labels as T
+
+    w = torch.ones(n, n, dtype=torch.float64)
+    w = (w.tril() if causal else w)
+    w = w / w.sum(-1, keepdim=True)
+    st = reference_stats(w[None], ids=ids, band=16)
+    names = ["entropy", "max_weight", "argmax", "tied", "sink_mass", "prev_mass", "self_mass",
+             "next_mass", "local_mass", "distance", "received"]
+    names += ["match_mass", "dup_mass"] if ids is not None else []
+    rows = {k: getattr(st, k)[None] for k in names}
+    return T.summarize(rows, torch.ones(1, 1, n, dtype=torch.bool), causal=causal, ids=ids)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_uniform_head_gets_no_pattern_label_at_any_length(causal):
+    """A uniform head is broad (its entropy is the uniform one) or none of the labels, at
+    every length from 2 to 64: no rule a uniform head would meet on the same rows is given."""
+    from attnlab.inspect import labels as T
+
+    for n in range(2, 65):
+        for ids in (None, torch.arange(n) % 3, torch.zeros(n, dtype=torch.long)):
+            label = T.label_heads(_uniform_summary(n, causal, ids))[0][0]
+            assert label in ("broad", T.NONE), (n, causal, label)
+
+
+def test_the_sink_rule_has_a_uniform_baseline_and_says_so():
+    """At 9 tokens a uniform causal head puts H_9 / 9 = 0.31 on the first token, past the
+    sink rule's 0.3: a head with 0.35 there is not labelled a sink, and a note says why; at
+    64 tokens the same head is."""
+    from attnlab.inspect import labels as T
+
+    s = _uniform_summary(9, True)
+    assert abs(float(s["sink_mass_uniform"][0, 0]) - sum(1 / k for k in range(1, 10)) / 9) < 1e-6
+    s["sink_mass"] = torch.tensor([[0.35]])
+    assert T.label_heads(s)[0][0] != "sink"
+    assert any("sink" in n and "uniform head scores 0.31" in n for n in T.withheld_notes(s))
+    long = _uniform_summary(64, True)
+    long["sink_mass"] = torch.tensor([[0.35]])
+    assert T.label_heads(long)[0][0] == "sink" and not T.withheld_notes(long)
+
+
+def test_a_label_read_on_a_few_rows_needs_the_minimum():
+    """Duplicate token and induction read only the queries with an earlier copy or match: one
+    such query (a 13-token sentence with one repeated token) gives no label, whatever its
+    mass; MIN_ROWS of them do."""
+    from attnlab.inspect import labels as T
+
+    ids = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 5, 16])       # one copy
+    s = _uniform_summary(13, True, ids)
+    assert int(s["dup_rows"][0, 0]) == 1
+    s["dup_mass"] = torch.tensor([[1.0]])
+    assert T.label_heads(s)[0][0] != "duplicate token"
+    assert any("1 query qualifies" in n and f"needs {T.MIN_ROWS}" in n
+               for n in T.withheld_notes(s))
+    ids = torch.arange(40) % 20                            # the second half repeats the first
+    s = _uniform_summary(40, True, ids)
+    assert int(s["dup_rows"][0, 0]) == 20 >= T.MIN_ROWS
+    s["dup_mass"] = torch.tensor([[0.9]])
+    assert T.label_heads(s)[0][0] == "duplicate token"
+
+
+def test_a_census_of_uniform_attention_labels_nothing_at_short_lengths():
+    """A tiny Llama whose queries are zero attends uniformly: at 5, 7 and 9 tokens no head is
+    a sink (every head was, before the baseline), and the report's notes say why."""
+    import transformers as tf
+
+    from attnlab.inspect import census
+
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, hidden_size=16,
+        intermediate_size=32, vocab_size=50, max_position_embeddings=128))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.zero_()
+    for n in (5, 7, 9):
+        c = census(model, input_ids=torch.arange(1, n + 1)[None])
+        assert {x for row in c.labels for x in row} <= {"broad", "heterogeneous"}, c.labels
+        assert any("no head is labelled sink" in note for note in c.notes), c.notes
+
+
+def test_a_zoo_name_and_a_text_by_position():
+    """census("kjv", text) takes the text as the text; a str where a tokenizer goes with a
+    model object names text=."""
+    from attnlab import zoo
+    from attnlab.inspect import census
+    from attnlab.zoo import kjv
+
+    text = "In the beginning God created the heaven and the earth."
+    c = census("kjv", text)
+    assert "".join(c.tokens) == text
+    model = zoo.load("kjv")
+    with pytest.raises(TypeError, match="pass the text as text="):
+        census(model, "In the beginning")
+    assert census(model, kjv.tokenizer(), text=text).tokens == c.tokens

@@ -184,6 +184,13 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     from attnlab.integrations import transformers as ah
     from attnlab.nn import recording
 
+    if isinstance(tokenizer, str):
+        if text is None and isinstance(model, str):   # census("smollm2", "the text")
+            text, tokenizer = tokenizer, None
+        else:
+            raise TypeError("tokenizer must be a tokenizer, got a str; pass the text as "
+                            "text=: census(model, tokenizer, text='...'), or "
+                            "census('smollm2', '...') for a zoo model")
     if isinstance(model, str):                     # a zoo language model by name
         from attnlab import zoo
 
@@ -289,11 +296,12 @@ def _assemble(collector, ids, tokens, name, sink_keys, band, real=None,
     if trained is not None:               # labels on the trained positions, the rest beside
         before = torch.arange(n) < trained
         summary_past = table.summarize(stats, seen & ~before, causal=causal, ids=ids,
-                                       real=real, band=band)
+                                       real=real, band=band, sink_keys=sink_keys)
         labels_past = table.label_heads(summary_past)
         seen = seen & before
-    summary = table.summarize(stats, seen, causal=causal, ids=ids, real=real, band=band)
-    notes = []
+    summary = table.summarize(stats, seen, causal=causal, ids=ids, real=real, band=band,
+                              sink_keys=sink_keys)
+    notes = table.withheld_notes(summary)
     share = table.local_means_nothing(n, band, all(causal))
     if share is not None:
         notes.append(f"no head is labelled local: at {n} tokens a band of {band} positions "

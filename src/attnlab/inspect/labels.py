@@ -37,6 +37,14 @@ Thresholds, with their sources:
   ``ln 128``).
 * **heterogeneous**: none of these (Kovaleva et al. 2019's word for attention without one
   pattern).
+
+Every rule but broad is compared with what a uniform head (the same weight on every real key
+a query sees) scores on the same rows (:func:`uniform_rows`): where the uniform head alone
+reaches the threshold (the sink rule below 10 causal tokens, where its first-token mass is
+H_N / N; self at 2 tokens), the label is withheld and :func:`withheld_notes` says why. Broad is
+the distance from that uniform head itself, so a uniform head is broad (or none of these on
+rows too short to tell). A label read on a subset of the rows (induction, duplicate token, an
+argmax share) needs at least :data:`MIN_ROWS` of them.
 """
 
 from __future__ import annotations
@@ -46,6 +54,11 @@ from dataclasses import dataclass
 import torch
 
 ARGMAX = 0.9          # Voita et al. 2019: a relative position holds the argmax this often
+# A label read from a subset of the rows (induction: the queries with an earlier match;
+# duplicate token: with an earlier copy; previous / next / self by argmax: the rows where that
+# key exists) needs at least this many of them: below it one query moves the mean by more than
+# 1/8, and one repeated word in a 13-token sentence labelled 39 of SmolLM2's heads.
+MIN_ROWS = 8
 NEAR_UNIFORM = 0.95   # entropy ratio flagged as near-uniform (degenerate)
 
 
@@ -63,15 +76,38 @@ class Rule:
     strict: bool = True                 # "more than" (masses); else "at least"
     argmax: str | None = None
     unless: str | None = None           # not given where this statistic is 0.5 or more
+    rows: str | None = None             # the count of the rows the statistic is read from
+    baseline: bool = True               # withheld where a uniform head meets it too
+
+    def _reaches(self, v) -> bool:
+        return v is not None and (v > self.threshold if self.strict else v >= self.threshold)
 
     def met(self, values: dict) -> bool:
-        """Whether a head's statistics ``{name: float}`` meet the rule."""
-        if self.unless and values.get(self.unless, 0.0) >= 0.5:
+        """Whether a head's statistics ``{name: float}`` meet the rule: its statistic reaches
+        the threshold (or its argmax share :data:`ARGMAX`, on at least :data:`MIN_ROWS` rows),
+        and the rule is not withheld on these rows (:meth:`withheld`)."""
+        if self.withheld(values) is not None:
             return False
-        v = values.get(self.statistic)
-        hit = v is not None and (v > self.threshold if self.strict else v >= self.threshold)
         extra = values.get(self.argmax) if self.argmax else None
-        return hit or (extra is not None and extra >= ARGMAX)
+        if extra is not None and values.get(self.argmax + "_rows", MIN_ROWS) < MIN_ROWS:
+            extra = None
+        if extra is not None and values.get(self.argmax + "_uniform", 0.0) >= ARGMAX:
+            extra = None
+        return self._reaches(values.get(self.statistic)) or (
+            extra is not None and extra >= ARGMAX)
+
+    def withheld(self, values: dict) -> str | None:
+        """Why the rule gives no label on these rows, whatever the head does (None where it
+        can): ``"uniform"`` where a uniform head over the same rows (``<statistic>_uniform``)
+        reaches the threshold too, ``"rows"`` where fewer than :data:`MIN_ROWS` rows qualify
+        (``rows``), ``"band"`` where the local band holds half of a uniform head's mass."""
+        if self.unless and values.get(self.unless, 0.0) >= 0.5:
+            return "band"
+        if self.rows and values.get(self.rows, MIN_ROWS) < MIN_ROWS:
+            return "rows"
+        if self.baseline and self._reaches(values.get(self.statistic + "_uniform")):
+            return "uniform"
+        return None
 
     def describe(self) -> str:
         """``previous token: prev_mass > 0.5 (or argmax >= 0.9)``."""
@@ -82,11 +118,12 @@ class Rule:
 
 RULES = (
     Rule("induction", "match_mass", 0.5, "I",
-         "Olsson et al. 2022, prefix matching (the 0.5 cut is attnlab's)"),
+         "Olsson et al. 2022, prefix matching (the 0.5 cut is attnlab's)", rows="match_rows"),
     Rule("retrieval", "retrieval_score", 0.1, "R",
          "Wu et al. 2024, retrieval score of a needle test (inspect.retrieval)"),
     Rule("duplicate token", "dup_mass", 0.5, "D",
-         "Olsson et al. 2022, duplicate-token detector (the 0.5 cut is attnlab's)"),
+         "Olsson et al. 2022, duplicate-token detector (the 0.5 cut is attnlab's)",
+         rows="dup_rows"),
     Rule("previous token", "prev_mass", 0.5, "P",
          "Clark et al. 2019 (50% of the mass); Voita et al. 2019 (argmax 90%)",
          argmax="prev_argmax"),
@@ -104,7 +141,8 @@ RULES = (
     Rule("local", "local_mass", 0.8, "L", "attnlab's: mass within the band",
          unless="local_uniform"),
     Rule("broad", "entropy_ratio", 0.8, "W",
-         "attnlab's; Clark et al. 2019 report broad heads near 78% of ln 128", strict=False),
+         "attnlab's; Clark et al. 2019 report broad heads near 78% of ln 128", strict=False,
+         baseline=False),               # the statistic is itself the distance from uniform
 )
 NONE = "heterogeneous"
 LABELS = tuple(r.label for r in RULES) + (NONE,)
@@ -168,8 +206,51 @@ def local_means_nothing(n: int, band: int, causal: bool) -> float | None:
     return mean if mean >= 0.5 else None
 
 
+def uniform_rows(n_q: int, n_k: int, causal: bool, *, real: torch.Tensor | None = None,
+                 ids: torch.Tensor | None = None, band: int = 16, sink_keys: int = 1) -> dict:
+    """What a uniform head scores on each row ``(N_q,)``: every real key the query sees gets
+    the same weight. The masses of the rules (``sink_mass``, ``prev_mass``, ``self_mass``,
+    ``next_mass``, ``local_mass``; with token ``ids``, ``match_mass`` and ``dup_mass``) and
+    ``self_argmax`` (a row that sees one key has its argmax there; otherwise every key ties)."""
+    key_real = (torch.ones(n_k, dtype=torch.bool) if real is None
+                else torch.as_tensor(real).reshape(-1).bool())
+    cum = torch.cat([torch.zeros(1), key_real.double().cumsum(0)])      # cum[j]: real < j
+    pos = torch.arange(n_q) + (n_k - n_q)
+    hi = pos if causal else torch.full((n_q,), n_k - 1)
+    seen = (cum[hi + 1] - cum[0]).clamp_min(1.0)
+    sink_real = key_real.nonzero().flatten()[:sink_keys]
+    sinks = (sink_real[None, :] <= hi[:, None]).sum(-1).double() if sink_real.numel() else \
+        torch.zeros(n_q, dtype=torch.float64)
+    one = 1.0 / seen
+
+    def real_at(j):
+        ok = (j >= 0) & (j < n_k)
+        return ok & key_real[j.clamp(0, n_k - 1)]
+
+    lo = (pos - band).clamp(min=0)
+    top = torch.minimum(pos + band, hi)
+    out = {"sink_mass": sinks / seen, "prev_mass": torch.where(real_at(pos - 1), one, 0.0),
+           "self_mass": torch.where(real_at(pos), one, 0.0),
+           "next_mass": torch.where(real_at(pos + 1) & (pos + 1 <= hi), one, 0.0),
+           "local_mass": (cum[top + 1] - cum[lo]) / seen,
+           "self_argmax": ((seen == 1) & real_at(pos)).double()}
+    if ids is not None and n_q == n_k:
+        toks, keep = ids.reshape(-1).tolist(), key_real.tolist()
+        copies, matches, before, earlier2 = [], [], {}, {}
+        for i, t in enumerate(toks):
+            if i >= 2 and keep[i - 2]:                  # keys j <= i - 1 follow position j - 1
+                earlier2[toks[i - 2]] = earlier2.get(toks[i - 2], 0) + 1
+            copies.append(before.get(t, 0))
+            matches.append(earlier2.get(t, 0))
+            if keep[i]:
+                before[t] = before.get(t, 0) + 1
+        out["dup_mass"] = torch.tensor(copies, dtype=torch.float64) / seen
+        out["match_mass"] = torch.tensor(matches, dtype=torch.float64) / seen
+    return out
+
+
 def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | None = None,
-              real: torch.Tensor | None = None, band: int = 16) -> dict:
+              real: torch.Tensor | None = None, band: int = 16, sink_keys: int = 1) -> dict:
     """Per-head means ``(L, H)`` of row statistics ``{name: (L, H, N_q)}`` (those of
     :class:`attnlab.core.stats.AttentionStats`) over the rows that count, ``counted
     (L, H, N_q)``; the one reduction both routes use.
@@ -180,7 +261,12 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
     ``match_mass`` and ``dup_mass`` as the means over the queries that have an earlier match
     or copy only (Olsson et al.'s prefix-matching and duplicate-token scores), and
     ``local_uniform``, the local mass a uniform head would have at this length with this
-    ``band`` (0 where it is below one half; see :func:`local_means_nothing`)."""
+    ``band`` (0 where it is below one half; see :func:`local_means_nothing`).
+
+    Also, for each rule's statistic, ``<statistic>_uniform``: what a uniform head scores on the
+    same rows (:func:`uniform_rows`; a rule it reaches is withheld, see :meth:`Rule.withheld`),
+    and the number of rows a subset statistic reads: ``match_rows``, ``dup_rows``,
+    ``prev_argmax_rows``, ``next_argmax_rows``, ``self_argmax_rows``."""
     counted = counted.bool()
     n_l, _, n_q = counted.shape
     n_k = rows["received"].shape[-1] if rows.get("received") is not None else n_q
@@ -210,12 +296,65 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
             valid = ((target >= 0) & (target < n_k))[None, None, :]
             hit = (argmax == target[None, None, :]) & single
             out[name] = mean(hit.double(), counted & valid)
+    subsets = {}
+    if argmax is not None:
+        for name, o in (("prev_argmax", -1), ("next_argmax", 1), ("self_argmax", 0)):
+            target = pos + o
+            subsets[name] = ((target >= 0) & (target < n_k))[None, None, :]
     if ids is not None and rows.get("match_mass") is not None:
-        can = earlier_match(ids, real)[None, None, :]
-        out["match_mass"] = mean(rows["match_mass"], counted & can)
+        subsets["match_mass"] = earlier_match(ids, real)[None, None, :]
+        out["match_mass"] = mean(rows["match_mass"], counted & subsets["match_mass"])
     if ids is not None and rows.get("dup_mass") is not None:
-        out["dup_mass"] = mean(rows["dup_mass"], counted & earlier_copy(ids, real)[None, None, :])
+        subsets["dup_mass"] = earlier_copy(ids, real)[None, None, :]
+        out["dup_mass"] = mean(rows["dup_mass"], counted & subsets["dup_mass"])
+    for name, rows_name in (("match_mass", "match_rows"), ("dup_mass", "dup_rows"),
+                            ("prev_argmax", "prev_argmax_rows"),
+                            ("next_argmax", "next_argmax_rows"),
+                            ("self_argmax", "self_argmax_rows")):
+        if name in subsets:
+            out[rows_name] = (counted & subsets[name]).sum(-1).float()
+    # a uniform head on the same rows, layer by layer (causal or not)
+    n_h = counted.shape[1]
+    base = [uniform_rows(n_q, n_k, bool(c), real=real, ids=ids, band=band,
+                         sink_keys=sink_keys) for c in causal]
+    for name in base[0]:
+        if name not in out:
+            continue
+        u = torch.stack([b[name] for b in base])[:, None, :].expand(n_l, n_h, n_q)
+        out[name + "_uniform"] = mean(u, counted & subsets[name]) if name in subsets \
+            else mean(u)
     return out
+
+
+# the per-head statistics that hold the baselines and row counts (HeadMetrics.baselines)
+BASELINE_KEYS = ("sink_mass_uniform", "prev_mass_uniform", "self_mass_uniform",
+                 "next_mass_uniform", "local_mass_uniform", "match_mass_uniform",
+                 "dup_mass_uniform", "self_argmax_uniform", "match_rows", "dup_rows",
+                 "prev_argmax_rows", "next_argmax_rows", "self_argmax_rows")
+
+
+def withheld_notes(summary: dict) -> list[str]:
+    """One sentence per rule that these rows cannot give, whatever a head does: a uniform head
+    would reach it too (say with what value), or too few rows qualify (say how many)."""
+    present = {k: v for k, v in summary.items() if v is not None}
+    notes = []
+    for r in RULES:
+        if r.statistic not in present or r.unless:           # local: the band's own note
+            continue
+        first = {k: float(v.reshape(-1)[0]) for k, v in present.items()}
+        why = r.withheld(first)
+        if why == "uniform":
+            base = float(present[r.statistic + "_uniform"].max())
+            notes.append(f"no head is labelled {r.label}: on these rows a uniform head scores "
+                         f"{base:.2f} {r.statistic}, past the rule's {r.threshold:g}, so the "
+                         "label would say nothing; take a longer text")
+        elif why == "rows":
+            count = int(present[r.rows].max())
+            notes.append(f"no head is labelled {r.label}: {count} "
+                         f"{'query qualifies' if count == 1 else 'queries qualify'} "
+                         f"({r.statistic} is read on them alone) and the label needs "
+                         f"{MIN_ROWS}")
+    return notes
 
 
 def earlier(ids: torch.Tensor, real: torch.Tensor | None = None, gap: int = 1) -> torch.Tensor:

@@ -81,6 +81,9 @@ class HeadMetrics:
     # causal models: the OV copying score and zero-ablation importance, where measured
     copying: torch.Tensor | None = None
     ablation: torch.Tensor | None = None
+    # what a uniform head scores on the same rows, and the rows a subset statistic reads:
+    # (len(labels.BASELINE_KEYS), L, H), NaN where not measured
+    baselines: torch.Tensor | None = None
 
     @classmethod
     def mean(cls, items: list["HeadMetrics"]) -> "HeadMetrics":
@@ -133,7 +136,18 @@ def head_metrics(maps: torch.Tensor, tokens: list[str],
             "distance", "local_uniform")},
         cls=cls_mass.float(), sep=sep_mass.float(), punct=punct_mass.float(),
         special_mass=(sep_mass + punct_mass).float(), within_segment=within,
-        match_mass=f32.get("match_mass"), dup_mass=f32.get("dup_mass"))
+        match_mass=f32.get("match_mass"), dup_mass=f32.get("dup_mass"),
+        baselines=baselines_of(f32))
+
+
+def baselines_of(summary: dict) -> torch.Tensor:
+    """The summary's baselines and row counts (:data:`attnlab.inspect.labels.BASELINE_KEYS`)
+    as one ``(K, L, H)`` tensor, NaN where a key was not measured."""
+    from attnlab.inspect.labels import BASELINE_KEYS
+
+    shape = summary["entropy"].shape
+    nan = torch.full(shape, float("nan"))
+    return torch.stack([summary[k].float() if k in summary else nan for k in BASELINE_KEYS])
 
 
 def numba_installed() -> bool:

@@ -38,7 +38,10 @@ def label_heads(m: HeadMetrics, dist: torch.Tensor | None = None) -> Taxonomy:
     of a causal model in ``m.match_mass`` / ``m.duplicate`` where measured); ``dist`` is the
     JS distance matrix."""
     summary = {f.name: getattr(m, f.name) for f in fields(m)
-               if isinstance(getattr(m, f.name), torch.Tensor)}
+               if isinstance(getattr(m, f.name), torch.Tensor) and f.name != "baselines"}
+    if m.baselines is not None:
+        summary |= {k: v for k, v in zip(table.BASELINE_KEYS, m.baselines)
+                    if not bool(torch.isnan(v).all())}
     n_heads = m.entropy.shape[1]
     dups = []
     if dist is not None:
