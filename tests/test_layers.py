@@ -18,7 +18,7 @@ ROOT = Path(attnlab.__file__).parent
 LAYERS = (("core",), ("nn", "testing"), ("integrations",), ("distributed",), ("zoo",),
           ("inspect",), ("diagnose", "models", "explain"), ("bench",), ("plots",), ("cli",))
 # Top-level modules that are not a layer of their own: where they sit in the order.
-PLACED = {"_files": -1, "_threads": -1, "": 0.5, "masks": 0.5}
+PLACED = {"_files": -1, "_threads": -1, "_progress": -1, "": 0.5, "masks": 0.5}
 # Modules placed above their package's layer, with the reason.
 RAISED = {"attnlab.testing.exercises.heads": (5.5, "chapter 15's checks record and ablate the "
                                               "heads of a real model (inspect)")}
@@ -332,6 +332,7 @@ def test_seeded_library_calls_leave_the_callers_rng_alone():
 PRIVATE_SHARED = {
     "attnlab._files": "the atomic write every package's outputs go through (a leaf)",
     "attnlab._threads": "the CLI's thread rule, used by the library's long calls (a leaf)",
+    "attnlab._progress": "the progress bar of long jobs (a leaf)",
     "attnlab.__version__": "the version stamped into reports",
 }
 

@@ -1,4 +1,5 @@
-"""Fixtures shared by the report tests of both tiers (test_report.py, test_report_browser.py)."""
+"""The report of `attnlab inspect --figures` on a hostile text, built once per run for the
+end-to-end report tests (test_report_browser.py)."""
 
 import pytest
 

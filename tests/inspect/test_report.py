@@ -1,7 +1,6 @@
 """attnlab inspect end to end: the CLI writes figures and a report that works offline in real
 headless Chromium, escapes user text, and opens on a clicked head."""
 
-import json
 
 import pytest
 
@@ -10,28 +9,10 @@ from attnlab.cli import main
 # One worker builds the report fixture (make test runs xdist with --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("inspect-report")
 
-def test_figures_in_png_and_svg(report):
-    for stem in ("model_grid", "metric_entropy_ratio", "metric_within_segment", "rollout", "flow",
-                 "gradient", "head_embedding"):
-        assert (report / f"{stem}.png").stat().st_size > 5_000, stem
-        assert (report / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
-    assert not list(report.glob(".*"))                       # nothing half-written left over
-
 
 def test_without_figures_only_the_report(tmp_path):
     assert main(["inspect", "Short text.", "--out", str(tmp_path)]) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
-
-
-def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
-    page = (report / "report.html").read_text()
-    assert "<script>alert" not in page
-    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
-    island = page.split('<script type="application/json" data-el="data">')[1].split("</script>")[0]
-    assert "<" not in island
-    data = json.loads(island)
-    assert data["layers"] == 6 and data["heads"] == 12 and "[SEP]" in data["texts"][0]["tokens"]
-    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
 
 
 def test_corpus_mode_and_usage_errors(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""The report in headless Chromium (slow tier: make check): what a person sees and clicks, the
+"""attnlab inspect end to end (slow tier: make check): the figures it writes, the user text it
+escapes, and the report in headless Chromium: what a person sees and clicks, the
 values under the cursor at 1,000 tokens, the page without JavaScript, the corpus selector; the
 full-length limit of the CLI."""
 
@@ -185,3 +186,22 @@ def test_without_javascript_a_notice_and_a_still_picture(tmp_path):
             browser.close()
     with open_report(tmp_path / "r.html") as opened:
         assert not opened.page.locator("[data-el=still]").is_visible()
+
+
+def test_figures_in_png_and_svg(report):
+    for stem in ("model_grid", "metric_entropy_ratio", "metric_within_segment", "rollout", "flow",
+                 "gradient", "head_embedding"):
+        assert (report / f"{stem}.png").stat().st_size > 5_000, stem
+        assert (report / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
+    assert not list(report.glob(".*"))                       # nothing half-written left over
+
+
+def test_user_text_is_escaped_in_html_and_in_the_data_island(report):
+    page = (report / "report.html").read_text()
+    assert "<script>alert" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    island = page.split('<script type="application/json" data-el="data">')[1].split("</script>")[0]
+    assert "<" not in island
+    data = json.loads(island)
+    assert data["layers"] == 6 and data["heads"] == 12 and "[SEP]" in data["texts"][0]["tokens"]
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")

@@ -9,8 +9,9 @@
 
 from attnlab.inspect.capture import Recording, record
 from attnlab.inspect.census import Census, census
+from attnlab.inspect.importance import HeadImportance, head_gradients
 from attnlab.inspect.run import Inspection
 from attnlab.inspect.show import ShowOptions, build, from_attentions, show
 
-__all__ = ["Census", "Inspection", "Recording", "ShowOptions", "build", "census",
-           "from_attentions", "record", "show"]
+__all__ = ["Census", "HeadImportance", "Inspection", "Recording", "ShowOptions", "build",
+           "census", "from_attentions", "head_gradients", "record", "show"]

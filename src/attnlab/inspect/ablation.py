@@ -118,19 +118,32 @@ def head_means(model: nn.Module, run: Callable[[], object]) -> dict[int, torch.T
 
 @torch.no_grad()
 def head_importance(model: nn.Module, loss: Callable[[], float], *, mode: str = "zero",
-                    means: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
-    """``(layers, heads)``: ``loss()`` with that one head ablated minus ``loss()`` intact.
+                    means: dict[int, torch.Tensor] | None = None,
+                    heads: Iterable[tuple[int, int]] | None = None,
+                    progress: bool = True) -> torch.Tensor:
+    """``(layers, heads)``: ``loss()`` with that one head ablated minus ``loss()`` intact; NaN
+    for the heads not asked for.
 
-    ``loss`` evaluates the model (the loss, or any named output) and returns a float. With
-    ``mode="mean"`` the means default to those of the tokens ``loss()`` itself feeds.
+    ``loss`` evaluates the model (the loss, or any named output) and returns a float: one
+    forward per head, so ``heads`` (a list of ``(layer, head)``) takes a subset, and
+    ``progress`` shows a bar on a terminal (stderr). :func:`attnlab.inspect.importance.
+    head_gradients` estimates every head at once from one backward. With ``mode="mean"`` the
+    means default to those of the tokens ``loss()`` itself feeds.
     """
+    from attnlab._progress import progress_bar
+
     modules = attention_modules(model)
+    chosen = ([(layer, h) for layer, (_, _, n) in enumerate(modules) for h in range(n)]
+              if heads is None else _check(heads, modules))
     if mode == "mean" and means is None:
         means = head_means(model, loss)
     base = float(loss())
-    out = torch.zeros(len(modules), max(h for _, _, h in modules), dtype=torch.float64)
-    for layer, (_, _, n_heads) in enumerate(modules):
-        for head in range(n_heads):
+    out = torch.full((len(modules), max(h for _, _, h in modules)), float("nan"),
+                     dtype=torch.float64)
+    with progress_bar(progress, "ablating heads") as bar:
+        task = bar.add_task("ablating heads", total=len(chosen), losses="")
+        for layer, head in chosen:
             with ablate_heads(model, [(layer, head)], mode=mode, means=means):
                 out[layer, head] = float(loss()) - base
+            bar.update(task, advance=1, losses=f"L{layer}H{head} {out[layer, head]:+.3f}")
     return out

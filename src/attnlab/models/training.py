@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import torch
 
+from attnlab._progress import progress_bar
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -103,17 +105,6 @@ def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
         yield
 
 
-def _progress(verbose: bool, description: str):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[losses]}"), TimeElapsedColumn(),
-                    console=console, transient=True,
-                    disable=not (verbose and console.is_terminal))
-
-
 def train(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
           train_data: Sequence[torch.Tensor], val_data: Sequence[torch.Tensor] | None,
           config: TrainConfig, description: str = "training", monitor=None) -> TrainHistory:
@@ -136,7 +127,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
     history = TrainHistory()
     best, best_state, bad = math.inf, None, 0
     step = 0
-    with _progress(config.verbose, description) as bar:
+    with progress_bar(config.verbose, description) as bar:
         task = bar.add_task(description, total=config.max_epochs, losses="")
         for epoch in range(config.max_epochs):
             model.train()

@@ -1,0 +1,198 @@
+"""Head importance from one backward (Michel et al. 2019) and attribution patching, on tiny
+transformers models built from configs: against the derivative of a gate on each head's
+output computed by autograd on eager float64 attention, with and without padding; the
+ablation's subset and progress; bad input refused before any work."""
+
+import pytest
+import torch
+import transformers as tf
+
+from attnlab.inspect.ablation import ablate_heads, attention_modules, head_importance
+from attnlab.inspect.importance import head_gradients
+
+V = 40
+
+
+def build(family, dtype=torch.float64):
+    torch.manual_seed(0)
+    small = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=32,
+                 intermediate_size=64, vocab_size=V, max_position_embeddings=512)
+    model = {"llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2,
+                                                                 **small)),
+             "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(
+                 num_key_value_heads=2, sliding_window=24, **small)),
+             "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(
+                 n_layer=2, n_head=4, n_embd=32, vocab_size=V, n_positions=512)),
+             "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(num_key_value_heads=2,
+                                                                 **small))}[family]()
+    return model.to(dtype).eval()
+
+
+def gate_gradients(model, ids, start, end, mask=None, corrupt=None):
+    """dL/dg for a gate g = 1 on every head's output (eager float64, autograd): the
+    definition the one-backward importance must equal. With ``corrupt``, the gate mixes
+    o(corrupt) + g (o(clean) - o(corrupt)) (attribution patching's derivative). Dense maps:
+    attnlab's float64 reference (eager's own gives NaN on a left-padded row that sees no key)."""
+    from attnlab.integrations import transformers as ah
+
+    ah.register(["attnlab_reference"])
+    model.set_attn_implementation("attnlab_reference")
+    modules = attention_modules(model)
+    gates = [torch.ones(h, dtype=torch.float64, requires_grad=True) for _, _, h in modules]
+    saved = []
+    if corrupt is not None:
+        hooks = [proj.register_forward_pre_hook(lambda m, a: saved.append(a[0].detach()))
+                 for _, proj, _ in modules]
+        with torch.no_grad():
+            model(input_ids=corrupt, attention_mask=mask)
+        for h in hooks:
+            h.remove()
+    hooks = []
+    for layer, (_, proj, h) in enumerate(modules):
+        def pre(m, args, layer=layer, h=h):
+            x = args[0]
+            shape = x.shape
+            x = x.reshape(*shape[:-1], h, -1)
+            if corrupt is not None:
+                base = saved[layer].reshape(x.shape)
+                x = base + gates[layer][:, None] * (x - base)
+            else:
+                x = x * gates[layer][:, None]
+            return (x.reshape(shape), *args[1:])
+        hooks.append(proj.register_forward_pre_hook(pre))
+    try:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    finally:
+        for hk in hooks:
+            hk.remove()
+    logp = logits[0, start - 1:end - 1].log_softmax(-1)
+    nll = -logp.gather(-1, ids[0, start:end, None]).squeeze(-1)
+    if mask is not None:
+        real = mask[0, start:end].bool() & mask[0, start - 1:end - 1].bool()
+        nll = nll[real]
+    grads = torch.autograd.grad(nll.mean(), gates)
+    return torch.stack(grads)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gpt2", "qwen2"])
+@pytest.mark.parametrize("n, target, padding", [(37, None, None), (70, (50, 60), None),
+                                                (45, None, "left"), (45, (20, 40), "right")])
+def test_one_backward_equals_the_gate_derivative(family, n, target, padding):
+    """Every head's |sum_t <o, dL/do>| from the tiled backend's forward and backward equals
+    |dL/dg| of a gate computed by autograd through eager float64 attention, within 1e-5
+    relative; lengths cross the tiles, targets are spans or the whole text, padding on either
+    side."""
+    model = build(family)
+    g = torch.Generator().manual_seed(n)
+    ids = torch.randint(0, V, (1, n), generator=g)
+    mask = None
+    if padding is not None:
+        mask = torch.ones(1, n, dtype=torch.long)
+        mask[0, :7] = 0 if padding == "left" else 1
+        if padding == "right":
+            mask[0, -7:] = 0
+    got = head_gradients(model, ids, target=target, attention_mask=mask)
+    start, end = target or (1, n)
+    want = gate_gradients(model, ids, start, end, mask).abs()
+    scale = float(want.abs().max())
+    assert float((got.importance - want).abs().max()) <= 1e-5 * scale, family
+    assert got.per_position.shape == (2, 4, n) and got.target == (start, end)
+    assert torch.allclose(got.per_position.sum(-1).abs(), got.importance)
+    assert torch.allclose(got.by_band(16).sum(-1), got.per_position.sum(-1))
+
+
+def test_attribution_patching_against_a_corrupted_input():
+    """With corrupt_ids, the importance is sum_t <o(clean) - o(corrupt), dL/do>: the
+    derivative of a gate that mixes the two runs, by autograd; the clean text against itself
+    gives 0 everywhere."""
+    model = build("llama")
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, V, (1, 40), generator=g)
+    corrupt = ids.clone()
+    corrupt[0, 10:14] = torch.randint(0, V, (4,), generator=g)         # the needle removed
+    got = head_gradients(model, ids, target=(30, 40), corrupt_ids=corrupt)
+    want = gate_gradients(model, ids, 30, 40, corrupt=corrupt)
+    assert got.patched
+    assert float((got.importance - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    same = head_gradients(model, ids, corrupt_ids=ids)
+    assert float(same.importance.abs().max()) == 0.0
+
+
+def test_the_estimate_is_the_first_order_change_of_removing_a_little_of_a_head():
+    """Scaling one head's output by 1 +- eps changes the loss by +-eps * sum_t <o, dL/do> to
+    first order: the signed per-position sum against a central difference, every head (GPT-2
+    in float64: Llama's rotary tables are float32, whose rounding a small step meets). Whole
+    removal is not first order, so the estimate can rank heads otherwise than ablation."""
+    model = build("gpt2")
+    ids = torch.randint(0, V, (1, 48), generator=torch.Generator().manual_seed(3))
+    got = head_gradients(model, ids).per_position.sum(-1)                 # signed dL/dg
+    modules = attention_modules(model)
+    eps = 1e-4
+
+    def loss(layer=None, head=None, scale=1.0):
+        hook = None
+        if layer is not None:
+            _, proj, h = modules[layer]
+
+            def pre(m, args):
+                x = args[0].clone()
+                d = x.shape[-1] // h
+                x[..., head * d:(head + 1) * d] *= scale
+                return (x, *args[1:])
+            hook = proj.register_forward_pre_hook(pre)
+        try:
+            with torch.no_grad():
+                out = model(input_ids=ids).logits[0, :-1].log_softmax(-1)
+        finally:
+            if hook is not None:
+                hook.remove()
+        return float(-out.gather(-1, ids[0, 1:, None]).mean())
+
+    for layer in range(2):
+        for head in range(4):
+            fd = (loss(layer, head, 1 + eps) - loss(layer, head, 1 - eps)) / (2 * eps)
+            assert fd == pytest.approx(float(got[layer, head]), rel=1e-5, abs=1e-10)
+
+
+def test_ablation_of_a_subset_of_heads():
+    model = build("llama")
+    ids = torch.randint(0, V, (1, 20), generator=torch.Generator().manual_seed(4))
+
+    def loss():
+        return float(model(input_ids=ids).logits.sum())
+
+    out = head_importance(model, loss, heads=[(0, 1), (1, 3)], progress=False)
+    assert torch.isnan(out).sum() == 6 and not torch.isnan(out[0, 1]) and \
+        not torch.isnan(out[1, 3])
+    with ablate_heads(model, [(1, 3)]):
+        ablated = loss()
+    assert out[1, 3] == pytest.approx(ablated - loss())
+    with pytest.raises(ValueError, match=r"head \(2, 0\) does not exist"):
+        head_importance(model, loss, heads=[(2, 0)], progress=False)
+
+
+def test_bad_input_is_refused_before_any_work():
+    model = build("llama")
+    ids = torch.randint(0, V, (1, 20), generator=torch.Generator().manual_seed(5))
+    with pytest.raises(ValueError, match=r"target must be \(start, end\) with 1 <= start < "
+                                         r"end <= 20"):
+        head_gradients(model, ids, target=(5, 25))
+    with pytest.raises(ValueError, match=r"target must be \(start, end\) with"):
+        head_gradients(model, ids, target=(0, 5))
+    with pytest.raises(ValueError, match="corrupt_ids must have the clean input's length "
+                                         r"\(20 tokens\), got 19"):
+        head_gradients(model, ids, corrupt_ids=ids[:, :19])
+    with pytest.raises(ValueError, match="has no attention module whose output projection"):
+        head_gradients(torch.nn.Sequential(torch.nn.Embedding(V, 8)), ids)
+    with pytest.raises(ValueError, match="input_ids must be one sequence"):
+        head_gradients(model, ids.repeat(2, 1))
+
+
+def test_frozen_weights_still_give_head_gradients_and_no_weight_gradient():
+    model = build("gpt2")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    ids = torch.randint(0, V, (1, 30), generator=torch.Generator().manual_seed(6))
+    got = head_gradients(model, ids)
+    assert float(got.importance.abs().sum()) > 0
+    assert all(p.grad is None for p in model.parameters())
