@@ -196,3 +196,66 @@ def test_frozen_weights_still_give_head_gradients_and_no_weight_gradient():
     got = head_gradients(model, ids)
     assert float(got.importance.abs().sum()) > 0
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_census_carries_importance_into_its_table_and_report(tmp_path):
+    """census(..., importance=True): the heads' importance equals head_gradients' on the same
+    ids, is a column of Census.table(), and the report's "What matters" section shows one dot
+    per head, the ten that matter most and the labelled ones that matter least, escaped."""
+    from attnlab.inspect import census
+    from attnlab.inspect.report.census import render_census
+
+    model = build("llama", torch.float32)
+    ids = torch.randint(0, V, (1, 200), generator=torch.Generator().manual_seed(7))
+    c = census(model, input_ids=ids, importance=True, name="<b>m</b>")
+    want = head_gradients(model, ids).importance
+    assert torch.allclose(c.importance.importance, want, rtol=1e-5, atol=1e-9)
+    table = c.table()
+    assert list(table["importance"]) == pytest.approx(want.flatten().tolist(), rel=1e-5)
+    page = render_census(c, standalone=True)
+    section = page.split('data-el="matters"')[1].split("</section>")[0]
+    assert section.count("<circle") == 8 and "What matters" in section
+    assert section.count("<tr>") == 1 + 8                    # header and the 8 heads (< 10)
+    assert "<b>m</b>" not in page
+    plain = census(model, input_ids=ids)
+    assert plain.importance is None and 'data-el="matters"' not in render_census(plain)
+    span = census(model, input_ids=ids, importance=(150, 200))
+    assert span.importance.target == (150, 200)
+    with pytest.raises(ValueError, match=r"target must be \(start, end\) with 1 <= start"):
+        census(model, input_ids=ids, importance=(150, 201))
+
+
+def test_importance_is_refused_where_it_cannot_be_computed():
+    """A model that is not a causal language model (an encoder), and one whose attention has
+    no per-head output projection, are refused before the census runs."""
+    from attnlab.inspect import census
+
+    torch.manual_seed(0)
+    bert = tf.BertModel(tf.BertConfig(num_hidden_layers=1, num_attention_heads=2,
+                                      hidden_size=16, intermediate_size=32, vocab_size=V))
+    with pytest.raises(ValueError, match="importance= needs a transformers causal language"):
+        census(bert, input_ids=torch.arange(10)[None], importance=True)
+    mha = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    with pytest.raises(ValueError, match="importance= needs a transformers causal language"):
+        census(mha, inputs=torch.randn(1, 10, 16), importance=True)
+
+
+def test_the_command_line_importance_flag(tmp_path, capsys):
+    """attnlab inspect --importance: the census report with "What matters" and the csv column
+    on kjv; refused with one line on an encoder and with --maps."""
+    from attnlab.cli import main
+
+    out = tmp_path / "r"
+    assert main(["inspect", "--model", "kjv", "In the beginning God created the heaven and "
+                 "the earth. And the earth was without form, and void.", "--importance",
+                 "--out", str(out), "--csv", str(tmp_path / "h.csv")]) == 0
+    page = (out / "report.html").read_text()
+    assert 'data-el="matters"' in page and "What matters" in page
+    assert "importance" in (tmp_path / "h.csv").read_text().splitlines()[0].split(",")
+    capsys.readouterr()
+    assert main(["inspect", "--importance", "a sentence", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--importance" in err
+    assert main(["inspect", "--model", "kjv", "text", "--importance", "--maps",
+                 "--out", str(out)]) == 2
+    assert "takes no --maps" in capsys.readouterr().err

@@ -45,6 +45,9 @@ def inspect_cmd(
                                           "folders)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Census: query positions whose "
                                        "exact weights the report keeps, e.g. 100,2047,-1."),
+    importance: bool = typer.Option(False, "--importance", help="Census: also every head's "
+                                    "importance for the text's loss, from one backward "
+                                    "(the report's 'What matters'; causal language models)."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Also write one row per head "
                                        "(layer, head, label, every per-head statistic) to "
                                        "this CSV file."),
@@ -87,8 +90,13 @@ def inspect_cmd(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     generative = None if generative == "encoder" else generative
-    if generative is None and (census is not None or rows is not None):
-        raise UsageError(f"--census, --maps and --rows apply to 'kjv', 'smollm2' and Hugging Face "
+    if importance and (generative not in (None, "hf", "kjv", "smollm2") or census is False):
+        raise UsageError("--importance is a section of the census of a causal language model "
+                         "('kjv', 'smollm2' or a Hugging Face decoder folder); it takes no "
+                         "--maps")
+    if generative is None and (census is not None or rows is not None or importance):
+        raise UsageError(f"--census, --maps, --rows and --importance apply to 'kjv', 'smollm2' "
+                         f"and Hugging Face "
                          f"folders; --model {model} is a BERT encoder at 512 tokens (its "
                          "report shows every map)")
     if generative is not None:
@@ -106,7 +114,7 @@ def inspect_cmd(
         try:
             with working(f"inspecting with {model}"):
                 ins = build(model, text, pair, truncate=truncate, census=census,
-                            rows=row_list)
+                            rows=row_list, importance=importance)
         except (MemoryError, ValueError, ModelNotInstalled) as exc:   # said in a line
             raise UsageError(str(exc).splitlines()[0]) from None
         _write_csv(ins, csv)

@@ -66,6 +66,7 @@ class Census:
     labels_past: list[list[str]] = field(default_factory=list)
     causal: list[bool] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
+    importance: object = None          # an inspect.importance.HeadImportance, where asked
 
     @property
     def layers(self) -> int:
@@ -158,7 +159,8 @@ _ATTENTION = (torch.nn.MultiheadAttention,)
 def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
            attention_mask=None, inputs=None, sink_keys: int = 1, band: int = 16,
            pooled: int | None = None, rows=None, sharpest: int = 0,
-           name: str | None = None, trained: int | None = None) -> Census:
+           name: str | None = None, trained: int | None = None,
+           importance: bool | tuple[int, int] = False) -> Census:
     """The census of a model's self-attention on one sequence.
 
     Args:
@@ -180,6 +182,11 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
             ``max_position_embeddings``). A longer sequence's heads are labelled on the queries
             before it; their statistics from it on come beside (``summary_past``,
             ``labels_past``, :meth:`Census.changes`).
+        importance: also every head's importance for the loss of the text (or of the target
+            span ``(start, end)``), from one backward on the tiled backend
+            (:func:`attnlab.inspect.importance.head_gradients`): ``Census.importance``, the
+            ``importance`` column of :meth:`Census.table` and the report's "What matters".
+            Transformers causal language models only.
     """
     from attnlab.integrations import transformers as ah
     from attnlab.nn import recording
@@ -213,6 +220,8 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
                          "encoder-decoder (inspect.show shows its three kinds of maps)")
     input_ids, attention_mask = input_ids_of(model, tokenizer, text, input_ids, attention_mask,
                                            inputs, is_hf)
+    if importance is not False:                  # refused before the census runs
+        _check_importance(model, is_hf, input_ids, importance)
     names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
     ids = input_ids[0] if input_ids is not None else None
     real, sink_start = real_tokens(attention_mask)
@@ -264,7 +273,30 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     if collector.skipped:
         out.notes.append("not counted (not a self-attention over the sequence): "
                          + ", ".join(collector.skipped))
+    if importance is not False:
+        from attnlab.inspect.importance import head_gradients
+
+        imp = head_gradients(model, input_ids, attention_mask=attention_mask,
+                             target=None if importance is True else importance)
+        out.importance = imp
+        out.summary["importance"] = imp.importance.float()
     return out
+
+
+def _check_importance(model, is_hf: bool, input_ids, importance) -> None:
+    """Refuse ``importance=`` where it cannot be computed: a model that is not a transformers
+    causal language model, one whose heads have no output projection, a target outside the
+    text."""
+    from attnlab.inspect.ablation import attention_modules
+    from attnlab.inspect.importance import _target
+
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not is_hf or out_emb is None or input_ids is None:
+        raise ValueError(f"importance= needs a transformers causal language model (it is the "
+                         f"loss of the next tokens); {type(model).__name__} is not one")
+    attention_modules(model)
+    if importance is not True:
+        _target(importance, input_ids.shape[-1])
 
 
 def _assemble(collector, ids, tokens, name, sink_keys, band, real=None,

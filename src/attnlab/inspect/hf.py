@@ -57,15 +57,22 @@ def check_capture_memory(config, n: int, name: str, available: int | None = None
 def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
                          truncate: bool = False, max_new_tokens: int = 20,
                          name: str | None = None, census: bool | None = None,
-                         rows=None) -> Inspection | Census:
+                         rows=None, importance: bool = False) -> Inspection | Census:
     """Any transformers model with its tokenizer: an encoder (its self-attention), a decoder
     (causal maps, the next-token loss on the text), an encoder-decoder (encoder self,
     decoder causal self-attention over what it generates, and cross-attention). Past
     :data:`LONG_CONTEXT` tokens (or with ``census=True``) an encoder or decoder gets its census
-    instead (:func:`attnlab.inspect.census`)."""
+    instead (:func:`attnlab.inspect.census`). ``importance``: the census, with every head's
+    importance for the text's loss (:func:`attnlab.inspect.importance.head_gradients`)."""
     import torch.nn.functional as F
 
     from attnlab.inspect.generative import _square
+
+    if importance:
+        if census is False:
+            raise ValueError("importance=True is a section of the census report; leave "
+                             "census= out (or True) with it")
+        census = True
 
     config = model.config
     name = name or getattr(config, "_name_or_path", "") or type(model).__name__
@@ -102,7 +109,7 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
         raise ValueError(f"census=True takes an encoder or a decoder; {name} is an "
                          "encoder-decoder (its report shows its three kinds of maps)")
     if census or (census is None and not encdec and ids.numel() > LONG_CONTEXT):
-        return _census_of(model, tok, batch, name, notes, rows)
+        return _census_of(model, tok, batch, name, notes, rows, importance)
     tokens = _token_names(tok, ids)
     notes += reading_notes(tokens, getattr(tok, "unk_token", None), None)
     if encdec:
@@ -124,7 +131,7 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     return ins
 
 
-def _census_of(model, tok, batch, name, notes, rows) -> Census:
+def _census_of(model, tok, batch, name, notes, rows, importance: bool = False) -> Census:
     from attnlab.inspect.census import census
 
     n = batch["input_ids"].shape[1]
@@ -136,7 +143,7 @@ def _census_of(model, tok, batch, name, notes, rows) -> Census:
     rows = sorted({r % n for r in rows} | {n - 1})
     c = census(model, tok, input_ids=batch["input_ids"],
                attention_mask=batch.get("attention_mask"), pooled=CENSUS_GRID, rows=rows,
-               sharpest=2, name=name)
+               sharpest=2, name=name, importance=importance)
     c.notes = [*notes, f"{n} tokens: the census report (every head's statistics, pooled maps "
                f"and exact rows; no N x N map), past {LONG_CONTEXT} tokens", *c.notes]
     return c

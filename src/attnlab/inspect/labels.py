@@ -384,7 +384,7 @@ UNITS = {"entropy": "nats", "entropy_ratio": "of uniform", "max_weight": "weight
          "local_mass": _ROW, "distance": "tokens back", "match_mass": _ROW, "dup_mass": _ROW,
          "retrieval_score": "of copied tokens", "prev_argmax": "of queries",
          "next_argmax": "of queries", "self_argmax": "of queries",
-         "received": "summed over queries"}
+         "importance": "nats (first order)", "received": "summed over queries"}
 # the per-head table's columns, in order (their units: UNITS)
 TABLE_COLUMNS = tuple(name for name in UNITS if name != "received")
 

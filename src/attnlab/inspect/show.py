@@ -196,13 +196,14 @@ def _check_text(text, pair) -> None:
 
 def build(model: str | Path, text: str | None = None, pair: str | None = None, *,
           truncate: bool = False, census: bool | None = None,
-          rows=None) -> Inspection | Census:
+          rows=None, importance: bool = False) -> Inspection | Census:
     """The report's contents for a model given by name (``"minilm"``, ``"kjv"``,
     ``"smollm2"``, ``"induction"``, ``"dates"``) or by a Hugging Face folder, on ``text``
     (and ``pair`` for a sentence-pair encoder): an :class:`~attnlab.inspect.run.Inspection`
     (every map), or a :class:`~attnlab.inspect.census.Census` past 1,024 tokens or with
     ``census=True``. The one routing that ``attnlab inspect`` and :func:`show` use; ``show``
-    adds only the display.
+    adds only the display. ``importance``: the census with every head's importance for the
+    text's loss (a causal language model: ``"kjv"``, ``"smollm2"``, a decoder folder).
 
     Example:
         >>> from attnlab.inspect import build
@@ -212,6 +213,9 @@ def build(model: str | Path, text: str | None = None, pair: str | None = None, *
     from attnlab.inspect.run import inspect_texts
 
     kind = G.model_kind(model)
+    if importance and kind not in ("hf", "kjv", "smollm2"):
+        raise ValueError(f"importance= reads the loss of a causal language model: 'kjv', "
+                         f"'smollm2' or a Hugging Face decoder folder; {model} is not one")
     if kind in ("induction", "dates") and pair is not None:
         raise ValueError(f"pair= is for sentence-pair encoders; {model} reads one text")
     if kind == "induction":
@@ -224,7 +228,8 @@ def build(model: str | Path, text: str | None = None, pair: str | None = None, *
         loaded, tok = zoo.load_lm(kind) if kind != "hf" else load_hf(Path(model))
         name = kind if kind != "hf" else Path(model).name
         return inspect_transformers(loaded, tok, text or DEFAULT_TEXT, pair, truncate=truncate,
-                                    name=str(name), census=census, rows=rows)
+                                    name=str(name), census=census, rows=rows,
+                                    importance=importance)
     return inspect_texts([(text or DEFAULT_TEXT, pair)], str(model), truncate=truncate)
 
 

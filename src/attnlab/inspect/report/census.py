@@ -230,6 +230,85 @@ def _still_table(c) -> str:
             f"</p><table><tr><th></th>{head}</tr>{body}</table></div>")
 
 
+IDLE = 0.01        # a labelled head below this share of the largest importance "does little"
+
+
+def _matters(c) -> str:
+    """The "What matters" section: each head's importance for the text's loss beside its label
+    by weight (a picture, one dot per head), the heads that matter most, and the labelled heads
+    that matter least; empty without ``Census.importance``."""
+    imp = getattr(c, "importance", None)
+    if imp is None:
+        return ""
+    e = html.escape
+    values = imp.importance.abs()
+    top = float(values.max()) or 1.0
+    share = values / top
+    heads = [(layer, h) for layer in range(c.layers) for h in range(c.heads)]
+    order = [r.label for r in table.RULES] + [table.NONE]
+    present = [lab for lab in order if any(c.labels[la][h] == lab for la, h in heads)]
+    w, hgt, left, bottom = 720, 280, 58, 52
+    span = (w - left - 10) / max(1, len(present))
+    floor = -4.0                                   # 1e-4 of the largest, the picture's bottom
+    dots, ticks = [], []
+    for k, lab in enumerate(present):
+        members = [(la, h) for la, h in heads if c.labels[la][h] == lab]
+        for m, (la, h) in enumerate(members):
+            y = max(floor, math.log10(max(float(share[la, h]), 1e-12)))
+            px = left + span * (k + 0.2 + 0.6 * ((m * 0.618) % 1.0))
+            py = 10 + (hgt - bottom - 10) * (y / floor)
+            dots.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" '
+                        f'fill="{_COLORS.get(lab, "#888")}" fill-opacity="0.8">'
+                        f"<title>L{la}H{h} {e(lab)}: importance {float(values[la, h]):.3g} "
+                        f"({float(share[la, h]):.1%} of the largest)</title></circle>")
+        cx = left + span * (k + 0.5)
+        lines = [*lab.split(" "), f"({len(members)})"]           # one word a line
+        ticks.append(f'<text x="{cx:.1f}" y="{hgt - bottom + 14}" text-anchor="middle" '
+                     'font-size="11">' + "".join(
+                         f'<tspan x="{cx:.1f}" dy="{0 if i == 0 else 12}">{e(t)}</tspan>'
+                         for i, t in enumerate(lines)) + "</text>")
+    for p in range(0, int(-floor) + 1):
+        py = 10 + (hgt - bottom - 10) * (-p / floor)
+        ticks.append(f'<line x1="{left}" x2="{w - 10}" y1="{py:.1f}" y2="{py:.1f}" '
+                     'stroke="#ddd"/>'
+                     f'<text x="{left - 6}" y="{py + 4:.1f}" text-anchor="end" '
+                     f'font-size="11">{"1" if p == 0 else f"1e-{p}"}</text>')
+    svg = (f'<svg data-el="matters-plot" width="{w}" height="{hgt}" role="img" '
+           f'aria-label="importance against label, one dot per head">'
+           f'<text x="12" y="{(hgt - bottom) / 2:.0f}" font-size="11" transform="rotate(-90 12 '
+           f'{(hgt - bottom) / 2:.0f})" text-anchor="middle">share of the largest importance'
+           f"</text>{''.join(ticks)}{''.join(dots)}</svg>")
+    ranked = sorted(heads, key=lambda x: -float(values[x]))
+    rows = "".join(
+        f"<tr><td>{i + 1}</td><td>L{la}H{h}</td><td>{e(c.labels[la][h])}</td>"
+        f"<td>{float(values[la, h]):.3g}</td><td>{float(share[la, h]):.1%}</td>"
+        f"<td>{float(c.summary['sink_mass'][la, h]):.2f}</td></tr>"
+        for i, (la, h) in enumerate(ranked[:10]))
+    idle = [(la, h) for la, h in ranked[::-1]
+            if c.labels[la][h] not in (table.NONE, "broad") and float(share[la, h]) < IDLE]
+    idle_text = (f"{len(idle)} heads with a label by weight matter least, each under "
+                 f"{IDLE:.0%} of the largest importance: " + ", ".join(
+                     f"L{la}H{h} ({e(c.labels[la][h])}, {float(share[la, h]):.2%})"
+                     for la, h in idle[:12]) + (f" and {len(idle) - 12} more" if len(idle) > 12
+                                                else "")
+                 if idle else f"Every head with a label by weight holds at least {IDLE:.0%} of "
+                 "the largest importance.")
+    start, end = imp.target
+    what = (f"tokens {start:,} to {end - 1:,}" if (start, end) != (1, c.length)
+            else "every token after the first")
+    kind = ("attribution patching against the corrupted input" if imp.patched else
+            "the first-order cost of removing it (Michel et al. 2019)")
+    return (f'<section data-el="matters"><h2>What matters</h2>'
+            f'<p class="explain">A label says where a head looks; this says whether what it '
+            f"writes moves the prediction. Each head's importance for the loss of {what} "
+            f"({imp.loss:.3f} nats per token) is |&#8721;<sub>t</sub> &#10216;o<sub>h,t</sub>, "
+            f"&#8706;L/&#8706;o<sub>h,t</sub>&#10217;|, {kind}, from one backward pass on the "
+            f"tiled backend. It is a first-order estimate, not an ablation.</p>{svg}"
+            f'<table data-el="matters-top"><tr><th>rank</th><th>head</th><th>label by weight'
+            f"</th><th>importance (nats)</th><th>of the largest</th><th>sink mass</th></tr>"
+            f'{rows}</table><p data-el="matters-idle">{idle_text}</p></section>')
+
+
 def render_census(c, *, standalone: bool = False, inline: bool = False,
                   uid: str | None = None, settings: dict[str, str] | None = None) -> str:
     """The census report as HTML: a whole page (``standalone``) or the fragment a notebook
@@ -250,6 +329,7 @@ def render_census(c, *, standalone: bool = False, inline: bool = False,
         uid=uid, model=e(c.model), n=f"{c.length:,}", layers=c.layers, heads=c.heads,
         counts=counts, notes=notes, settings_rows=rows, still=_still_table(c),
         findings=found, legend=e(table.legend()), trained_note=e(trained_note),
+        matters=_matters(c),
         version=e(__version__), data=_json_island(census_data(c)))
     script = asset("census.js") + f"\nattnlabCensus(document.getElementById({uid!r}));\n"
     out = f"<style>{asset('report.css')}</style>\n{fragment}<script>{script}</script>"
