@@ -247,7 +247,7 @@ def _matters(c) -> str:
     heads = [(layer, h) for layer in range(c.layers) for h in range(c.heads)]
     order = [r.label for r in table.RULES] + [table.NONE]
     present = [lab for lab in order if any(c.labels[la][h] == lab for la, h in heads)]
-    w, hgt, left, bottom = 720, 280, 58, 52
+    w, hgt, left, bottom = 960, 280, 58, 52
     span = (w - left - 10) / max(1, len(present))
     floor = -4.0                                   # 1e-4 of the largest, the picture's bottom
     dots, ticks = [], []
