@@ -264,7 +264,7 @@ def _matters(c) -> str:
         cx = left + span * (k + 0.5)
         lines = [*lab.split(" "), f"({len(members)})"]           # one word a line
         ticks.append(f'<text x="{cx:.1f}" y="{hgt - bottom + 14}" text-anchor="middle" '
-                     'font-size="11">' + "".join(
+                     'font-size="10">' + "".join(
                          f'<tspan x="{cx:.1f}" dy="{0 if i == 0 else 12}">{e(t)}</tspan>'
                          for i, t in enumerate(lines)) + "</text>")
     for p in range(0, int(-floor) + 1):
