@@ -14,9 +14,12 @@ corrupted run would restore.
 concatenated heads, before ``W_O``), read by a forward pre-hook on that projection, so no code
 of the model is replaced (the modules :func:`~attnlab.inspect.ablation.attention_modules`
 finds). A transformers model runs on attnlab's ``tiled`` backend for the call: forward and
-backward in memory linear in the length (no N x N map). The per-position contributions come
-back too, so the importance of each stretch of the text (:meth:`HeadImportance.by_band`) costs
-nothing more.
+backward in memory linear in the length (no N x N map). For the memory to stay near the
+forward's, each decoder layer is checkpointed for the call (only its input is kept; the
+backward recomputes one layer at a time, torch.utils.checkpoint) and the loss is computed over
+chunks of positions, so the N x vocabulary logits never exist at once. The per-position
+contributions come back too, so the importance of each stretch of the text
+(:meth:`HeadImportance.by_band`) costs nothing more.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 
 from attnlab.inspect.ablation import attention_modules
 
@@ -102,20 +106,24 @@ def _tiled(model):
 
 
 @contextmanager
-def _head_outputs(model: nn.Module, keep: list, detach: bool):
-    """Every attention module's output-projection input, in module order, appended to
-    ``keep`` as the model runs (detached for a corrupted run)."""
+def _head_outputs(model: nn.Module, keep: list):
+    """Every attention module's output-projection input, detached, in module order, appended
+    to ``keep`` as the model runs (the corrupted run's head outputs)."""
     modules = attention_modules(model)
     with ExitStack() as stack:
         for _, proj, _ in modules:
             def pre(mod, args):
-                keep.append(args[0].detach() if detach else args[0])
+                keep.append(args[0].detach())
             stack.callback(proj.register_forward_pre_hook(pre).remove)
         yield modules
 
 
 def _logits(model, input_ids, attention_mask):
+    from attnlab.inspect.collect import _takes_cache
+
     kw = {"attention_mask": attention_mask} if attention_mask is not None else {}
+    if _takes_cache(model):
+        kw["use_cache"] = False         # a checkpointed layer's recomputation would append again
     out = model(input_ids=input_ids, **kw)
     return out.logits if hasattr(out, "logits") else out[0]
 
@@ -156,20 +164,19 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
     model.eval()
     try:
         with _tiled(model):
-            corrupt = []
+            corrupt: list[torch.Tensor] = []
             if corrupt_ids is not None:
-                with torch.no_grad(), _head_outputs(model, corrupt, detach=True):
+                with torch.no_grad(), _head_outputs(model, corrupt):
                     _logits(model, corrupt_ids.to(input_ids.device), attention_mask)
-            clean: list[torch.Tensor] = []
-            with torch.enable_grad(), _head_outputs(model, clean, detach=False), \
-                    _inputs_require_grad(model):
-                logits = _logits(model, input_ids, attention_mask)
-                loss = _loss(logits, input_ids, start, end, attention_mask)
-                if not all(x.requires_grad for x in clean):
-                    raise ValueError(f"{type(model).__name__} cannot run backward: its head "
-                                     "outputs carry no gradient (an inference-only model?)")
+            with torch.enable_grad(), _gated(model, modules, n, corrupt) as gates, \
+                    _checkpointed(model, modules) as lean:
+                out = _logits(model, input_ids, attention_mask)
+                if lean is not None:          # the last hidden states: the loss by chunks
+                    loss = _chunked_loss(lean, out, input_ids, start, end, attention_mask)
+                else:
+                    loss = _loss(out, input_ids, start, end, attention_mask)
                 try:
-                    grads = torch.autograd.grad(loss, clean)
+                    grads = torch.autograd.grad(loss, gates)
                 except RuntimeError as err:
                     raise ValueError(f"{type(model).__name__} cannot run backward through its "
                                      f"attention: {err}") from None
@@ -177,17 +184,41 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
         model.train(was_training)
     n_heads = max(h for _, _, h in modules)
     per = torch.zeros(len(modules), n_heads, n, dtype=torch.float64)
-    for layer, ((_, _, heads), x, g) in enumerate(zip(modules, clean, grads)):
-        x = x.detach().double()
-        if corrupt:
-            x = x - corrupt[layer].double()
-        d = x.shape[-1] // heads
-        prod = (x * g.double()).reshape(*x.shape[:-1], heads, d).sum(-1)      # (1, N, H)
-        per[layer, :heads] = prod[0].T
+    for layer, ((_, _, heads), g) in enumerate(zip(modules, grads)):
+        per[layer, :heads] = g[0].double().T                              # (H, N)
     total = per.sum(-1)
     return HeadImportance(total if corrupt else total.abs(), per, float(loss.detach()),
-                          (start, end),
-                          patched=bool(corrupt))
+                          (start, end), patched=bool(corrupt))
+
+
+@contextmanager
+def _gated(model: nn.Module, modules, n: int, corrupt: list):
+    """A gate of ones ``(1, N, H)`` on every head's output at every position, for the block:
+    the projection's input ``o`` becomes ``o * g`` (or ``o' + g (o - o')`` against the
+    corrupted run's ``o'``), the same numbers, so ``dL/dg`` is each position's
+    ``<o, dL/do>`` (or ``<o - o', dL/do>``) with nothing of ``o`` or its gradient kept: under
+    checkpointing the product is recomputed with its layer. Yields the gates."""
+    gates = []
+    with ExitStack() as stack:
+        for layer, (_, proj, heads) in enumerate(modules):
+            weight = next(proj.parameters(), None)
+            gate = torch.ones(1, n, heads, requires_grad=True,
+                              dtype=weight.dtype if weight is not None else torch.float32,
+                              device=weight.device if weight is not None else None)
+            gates.append(gate)
+
+            def pre(mod, args, gate=gate, heads=heads, layer=layer):
+                x = args[0]
+                shaped = x.reshape(*x.shape[:-1], heads, -1)
+                g = gate.to(x.dtype)[..., None]
+                if corrupt:
+                    base = corrupt[layer].to(x.dtype).reshape(shaped.shape)
+                    shaped = base + g * (shaped - base)
+                else:
+                    shaped = shaped * g
+                return (shaped.reshape(x.shape), *args[1:])
+            stack.callback(proj.register_forward_pre_hook(pre).remove)
+        yield gates
 
 
 def _loss(logits, ids, start: int, end: int, attention_mask) -> torch.Tensor:
@@ -202,18 +233,73 @@ def _loss(logits, ids, start: int, end: int, attention_mask) -> torch.Tensor:
     return nll.mean()
 
 
+CHUNK = 256        # positions per chunk of the loss: 256 x vocabulary logits at a time
+
+
+def _decoder_layers(model, modules) -> list[nn.Module] | None:
+    """The model's decoder layers, one per attention module in the same order (the
+    ``nn.ModuleList`` whose i-th entry holds the i-th attention module), or None."""
+    attn = [m for m, _, _ in modules]
+    for block in model.modules():
+        if isinstance(block, nn.ModuleList) and len(block) == len(attn) and all(
+                any(x is a for x in layer.modules()) for layer, a in zip(block, attn)):
+            return list(block)
+    return None
+
+
 @contextmanager
-def _inputs_require_grad(model):
-    """The embedding output requires a gradient for the block, so the head outputs do even
-    where the weights are frozen (their own gradients are never formed)."""
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    if emb is None:
-        yield
+def _checkpointed(model, modules):
+    """For the block, each decoder layer of a transformers causal language model is
+    checkpointed and its output head returns the last hidden states; yields that head (the
+    loss is then taken by chunks, :func:`_chunked_loss`), or None where the model is not of
+    that kind (its forward is left as it is). The instances' own ``forward`` attributes are
+    set and removed again: the classes, and every other model, are untouched."""
+    from attnlab.integrations.transformers import is_transformers_model
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    layers = _decoder_layers(model, modules)
+    config = getattr(model, "config", None)
+    plain_head = (isinstance(head, nn.Linear) and not getattr(config, "final_logit_softcapping",
+                                                              None))
+    if not (is_transformers_model(model) and layers and plain_head):
+        yield None
         return
-    handle = emb.register_forward_hook(lambda mod, args, out: out.requires_grad_(True)
-                                       if out.is_floating_point() and not out.requires_grad
-                                       else out)
+    wrapped = []
     try:
-        yield
+        for layer in layers:
+            orig = layer.forward
+
+            def forward(*args, _orig=orig, **kwargs):
+                return checkpoint(_orig, *args, use_reentrant=False, **kwargs)
+            layer.forward = forward
+            wrapped.append(layer)
+        head.forward = lambda x: x                     # the model returns the hidden states
+        wrapped.append(head)
+        yield head
     finally:
-        handle.remove()
+        for m in wrapped:
+            del m.forward                              # back to the class's forward
+
+
+def _chunked_loss(head: nn.Linear, hidden, ids, start: int, end: int,
+                  attention_mask) -> torch.Tensor:
+    """:func:`_loss` with the logits made ``CHUNK`` positions at a time and recomputed in the
+    backward (checkpointed), from the last hidden states ``(1, N, d)``."""
+    real = torch.ones(end - start, dtype=torch.bool, device=ids.device)
+    if attention_mask is not None:
+        real = attention_mask[0, start:end].bool() & attention_mask[0, start - 1:end - 1].bool()
+        if not bool(real.any()):
+            raise ValueError("target holds no real token (only padding)")
+    weight, bias = head.weight, head.bias
+
+    def nll(h, tgt, keep):
+        logits = nn.functional.linear(h, weight, bias)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
+        return -(logits.gather(-1, tgt[:, None]).squeeze(-1).double() * keep).sum()
+
+    total = hidden.new_zeros((), dtype=torch.float64)
+    for a in range(start, end, CHUNK):
+        b = min(end, a + CHUNK)
+        total = total + checkpoint(nll, hidden[0, a - 1:b - 1], ids[0, a:b],
+                                   real[a - start:b - start].double(), use_reentrant=False)
+    return total / real.sum()
