@@ -259,3 +259,88 @@ def test_the_command_line_importance_flag(tmp_path, capsys):
     assert main(["inspect", "--model", "kjv", "text", "--importance", "--maps",
                  "--out", str(out)]) == 2
     assert "takes no --maps" in capsys.readouterr().err
+
+
+def _dense_value_weighted(model, ids, mask=None):
+    """The value-weighted shares from dense float64 maps (output_attentions of attnlab's
+    reference: eager's are NaN on a left-padded row, which then spreads), the values (a hook on
+    v_proj) and W_O: ``a_ij ||v_j W_O^h|| / sum_j a_ij ||v_j W_O^h||`` on the sink (the first
+    real key), the previous key and the key itself."""
+    from attnlab.integrations import transformers as ah
+
+    values = []
+    hooks = [layer.self_attn.v_proj.register_forward_hook(lambda m, a, o: values.append(o))
+             for layer in model.model.layers]
+    ah.register(["attnlab_reference"])
+    model.set_attn_implementation("attnlab_reference")
+    with torch.no_grad():
+        maps = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    for h in hooks:
+        h.remove()
+    cfg = model.config
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = cfg.hidden_size // heads
+    first = 0 if mask is None else int(mask[0].nonzero()[0])
+    out = {"sink": [], "prev": [], "self": []}
+    for layer, (a, v) in enumerate(zip(maps, values)):
+        a = a[0].double()                                              # (H, N, N)
+        n_tok = a.shape[-1]
+        v = v[0].double().reshape(n_tok, kv, d).transpose(0, 1)        # (kv, N, D)
+        w = model.model.layers[layer].self_attn.o_proj.weight.double()
+        w = w.reshape(w.shape[0], heads, d).permute(1, 2, 0)           # (H, D, d_model)
+        norms = torch.bmm(v.repeat_interleave(heads // kv, 0), w).norm(dim=-1)   # (H, N)
+        weighted = a * norms[:, None, :]
+        total = weighted.sum(-1).clamp_min(1e-300)
+        idx = torch.arange(n_tok)
+        out["sink"].append(weighted[:, :, first] / total)
+        prev = torch.zeros_like(total)
+        prev[:, 1:] = weighted[:, idx[1:], idx[1:] - 1]
+        out["prev"].append(prev / total)
+        out["self"].append(weighted[:, idx, idx] / total)
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("n, padding", [(70, None), (45, "left")])
+def test_value_weighted_shares_equal_their_dense_definition(n, padding):
+    """census(..., value_weighted=True): every row's share of sum_j a_ij ||v_j W_O^h|| on the
+    sink, the previous key and the key itself equals the dense float64 computation within
+    1e-5, with GQA and left padding; per-head means and the table carry them."""
+    from attnlab.inspect import census
+
+    model = build("llama")
+    ids = torch.randint(0, V, (1, n), generator=torch.Generator().manual_seed(n))
+    mask = None
+    if padding == "left":
+        mask = torch.ones(1, n, dtype=torch.long)
+        mask[0, :6] = 0
+    c = census(model, input_ids=ids, attention_mask=mask, value_weighted=True)
+    dense = _dense_value_weighted(model, ids, mask)
+    real = slice(None) if mask is None else mask[0].bool()
+    for name, key in (("sink_mass_vw", "sink"), ("prev_mass_vw", "prev"),
+                      ("self_mass_vw", "self")):
+        got = c.stats[name].double()[..., real]
+        want = dense[key][..., real]
+        assert float((got - want).abs().max()) <= 1e-5, name
+    assert "sink_mass_vw" in c.table().columns
+    with pytest.raises(ValueError, match="value_weighted= needs a transformers model"):
+        census(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True),
+               inputs=torch.randn(1, 8, 16), value_weighted=True)
+
+
+def test_a_sink_in_weight_only_is_named_on_the_first_screen():
+    """A head with at least half its weight on the first token and at most a tenth of its
+    value-weighted output there is named in the findings; without the value-weighted shares
+    no such line is claimed."""
+    from attnlab.inspect import census
+    from attnlab.inspect.report.census import findings, render_census
+
+    model = build("llama", torch.float32)
+    ids = torch.randint(0, V, (1, 60), generator=torch.Generator().manual_seed(8))
+    c = census(model, input_ids=ids, value_weighted=True, importance=True)
+    c.summary["sink_mass"][1, 2] = 0.93
+    c.summary["sink_mass_vw"][1, 2] = 0.04
+    lines = [x for x in findings(c) if x.startswith("sink in weight only")]
+    assert lines and "L1H2 (0.93 of the weight, 0.04 of the output)" in lines[0]
+    assert "sink share of the output" in render_census(c)
+    plain = census(model, input_ids=ids)
+    assert not [x for x in findings(plain) if x.startswith("sink in weight only")]

@@ -160,7 +160,8 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
            attention_mask=None, inputs=None, sink_keys: int = 1, band: int = 16,
            pooled: int | None = None, rows=None, sharpest: int = 0,
            name: str | None = None, trained: int | None = None,
-           importance: bool | tuple[int, int] = False) -> Census:
+           importance: bool | tuple[int, int] = False,
+           value_weighted: bool = False) -> Census:
     """The census of a model's self-attention on one sequence.
 
     Args:
@@ -187,6 +188,12 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
             (:func:`attnlab.inspect.importance.head_gradients`): ``Census.importance``, the
             ``importance`` column of :meth:`Census.table` and the report's "What matters".
             Transformers causal language models only.
+        value_weighted: also each head's value-weighted shares (Kobayashi et al. 2020): of
+            ``sum_j a_ij ||v_j W_O^h||``, the part on the sink key (``sink_keys=1``), on the
+            previous key and on the key itself (``sink_mass_vw``, ``prev_mass_vw``,
+            ``self_mass_vw``): one more tiled attention call per layer, with the norms as
+            its only value column. Transformers models whose attention has a per-head output
+            projection.
     """
     from attnlab.integrations import transformers as ah
     from attnlab.nn import recording
@@ -225,7 +232,15 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
     names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
     ids = input_ids[0] if input_ids is not None else None
     real, sink_start = real_tokens(attention_mask)
-    collector = Collector(ids, sink_keys, band, names, pooled, rows, sharpest, real, sink_start)
+    if value_weighted and not is_hf:
+        raise ValueError(f"value_weighted= needs a transformers model (the values and W_O of "
+                         f"its attention call); {type(model).__name__} is not one")
+    if value_weighted:
+        from attnlab.inspect.ablation import attention_modules
+
+        attention_modules(model)             # refuses a model without W_O, before the run
+    collector = Collector(ids, sink_keys, band, names, pooled, rows, sharpest, real, sink_start,
+                          value_weighted=bool(value_weighted))
     was_training = model.training
     model.eval()
     token = recording.push_census(collector)
@@ -312,6 +327,8 @@ def _assemble(collector, ids, tokens, name, sink_keys, band, real=None,
         if any(t is None for t in per_layer):
             continue
         stats[field_name] = torch.stack([t[0] for t in per_layer]).cpu()      # (L, H, N)
+    for field_name in (collector.weighted[0] if collector.weighted else {}):
+        stats[field_name] = torch.stack([w[field_name] for w in collector.weighted])
     maps = {}
     if collector.pooled is not None:
         maps = {kind: torch.stack([getattr(s, f"pooled_{kind}")[0]

@@ -18,8 +18,11 @@ class Collector:
     """What the attention calls hand over: one statistics record per self-attention call."""
 
     def __init__(self, ids, sink_keys: int, band: int, names: dict, pooled=None, rows=None,
-                 sharpest: int = 0, real=None, sink_start: int = 0):
+                 sharpest: int = 0, real=None, sink_start: int = 0,
+                 value_weighted: bool = False):
         self.ids, self.sink_keys, self.band, self.names = ids, sink_keys, band, names
+        self.value_weighted = value_weighted
+        self.weighted: list[dict] = []             # per call: value-weighted row shares
         self.real, self.sink_start = real, sink_start      # the real tokens; the first of them
         self.pooled, self.rows, self.sharpest = pooled, rows, sharpest
         self.layers: list[tuple[object, dict, bool]] = []
@@ -46,7 +49,66 @@ class Collector:
         causal = bool(options.get("causal")) or getattr(module, "is_causal", False)
         out, stats.out = stats.out, None
         self.layers.append((name, stats, causal))
+        if self.value_weighted:
+            self.weighted.append(value_weighted_shares(module, query[:1], key[:1], value,
+                                                       options, stats, self.sink_keys,
+                                                       self.sink_start))
         return out
+
+
+def value_norms(module, value: torch.Tensor, heads: int) -> torch.Tensor:
+    """``(H, N)``: the norm of what each key writes through each query head,
+    ``||v_j W_O^h||`` (Kobayashi et al. 2020), with ``W_O^h`` the head's slice of the module's
+    output projection (``o_proj``, ``out_proj``, ``c_proj`` or ``o``). ``value (1, H_kv, N, D)``."""
+    from attnlab.inspect.ablation import _PROJECTIONS
+
+    proj = next((getattr(module, p) for p in _PROJECTIONS
+                 if isinstance(getattr(module, p, None), torch.nn.Module)), None)
+    weight = getattr(proj, "weight", None)
+    if weight is None:
+        raise ValueError(f"{type(module).__name__} has no per-head output projection "
+                         f"({', '.join(_PROJECTIONS)}): the value-weighted shares need W_O")
+    _, h_kv, n, d = value.shape
+    w = weight.detach().to(torch.float32)
+    if type(proj).__name__ == "Conv1D":                 # GPT-2: (H * D, d_model)
+        w = w.reshape(heads, d, -1)
+    else:                                               # nn.Linear: (d_model, H * D)
+        w = w.reshape(w.shape[0], heads, d).permute(1, 2, 0)
+    v = value[0].detach().to(torch.float32).repeat_interleave(heads // h_kv, 0)   # (H, N, D)
+    out = torch.empty(heads, n, dtype=torch.float32, device=value.device)
+    for a in range(0, n, 1024):                         # (H, 1024, d_model) at a time
+        out[:, a:a + 1024] = torch.bmm(v[:, a:a + 1024], w).norm(dim=-1)
+    return out
+
+
+def value_weighted_shares(module, query, key, value, options: dict, stats, sink_keys: int,
+                          sink_start: int) -> dict:
+    """Each row's value-weighted shares ``(H, N)``: of ``sum_j a_ij n_j`` (``n_j`` =
+    :func:`value_norms`), the part on the sink key (with ``sink_keys=1``), on the previous key
+    and on the key itself:
+    the row's weight there times ``n`` there over ``E_a[n]``, which one more tiled attention
+    call with ``n`` as the only value column gives."""
+    from attnlab.core.api import attention
+
+    if value is None:
+        raise ValueError("the value-weighted shares need the attention call's values")
+    heads = query.shape[1]
+    norms = value_norms(module, value, heads)                                 # (H, N)
+    keys = key.repeat_interleave(heads // key.shape[1], 1) if key.shape[1] != heads else key
+    kw = {k: _first(v) for k, v in options.items() if k != "enable_gqa"}
+    mean = attention(query.float(), keys.float(), norms[None, :, :, None], backend="tiled",
+                     **kw)[0, :, :, 0].double()                               # (H, N) E_a[n]
+    n = norms.shape[-1]
+    safe = torch.where(mean > 0, mean, torch.ones_like(mean))
+    pos = torch.arange(n, device=norms.device)
+    out = {"prev_mass_vw": stats.prev_mass[0].double()
+           * norms.double()[:, (pos - 1).clamp(min=0)] / safe,
+           "self_mass_vw": stats.self_mass[0].double() * norms.double() / safe}
+    if sink_keys == 1:                  # one sink key: its weight times its own n, exactly
+        out["sink_mass_vw"] = (stats.sink_mass[0].double()
+                               * norms[:, sink_start:sink_start + 1].double() / safe)
+    zero = mean <= 0
+    return {k: torch.where(zero, 0.0, v).float().cpu() for k, v in out.items()}
 
 
 def sharpest_rows(rows, sharpest: int):

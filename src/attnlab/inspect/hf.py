@@ -63,7 +63,8 @@ def inspect_transformers(model, tok, text: str, pair: str | None = None, *,
     decoder causal self-attention over what it generates, and cross-attention). Past
     :data:`LONG_CONTEXT` tokens (or with ``census=True``) an encoder or decoder gets its census
     instead (:func:`attnlab.inspect.census`). ``importance``: the census, with every head's
-    importance for the text's loss (:func:`attnlab.inspect.importance.head_gradients`)."""
+    importance for the text's loss (:func:`attnlab.inspect.importance.head_gradients`) and its
+    value-weighted shares (``value_weighted=``)."""
     import torch.nn.functional as F
 
     from attnlab.inspect.generative import _square
@@ -143,7 +144,7 @@ def _census_of(model, tok, batch, name, notes, rows, importance: bool = False) -
     rows = sorted({r % n for r in rows} | {n - 1})
     c = census(model, tok, input_ids=batch["input_ids"],
                attention_mask=batch.get("attention_mask"), pooled=CENSUS_GRID, rows=rows,
-               sharpest=2, name=name, importance=importance)
+               sharpest=2, name=name, importance=importance, value_weighted=importance)
     c.notes = [*notes, f"{n} tokens: the census report (every head's statistics, pooled maps "
                f"and exact rows; no N x N map), past {LONG_CONTEXT} tokens", *c.notes]
     return c

@@ -274,7 +274,7 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
 
     out = {}
     for name in ("entropy", "max_weight", "sink_mass", "prev_mass", "self_mass", "next_mass",
-                 "local_mass", "distance"):
+                 "local_mass", "distance", "sink_mass_vw", "prev_mass_vw", "self_mass_vw"):
         if rows.get(name) is not None:
             out[name] = mean(rows[name])
     if isinstance(causal, bool):
@@ -379,12 +379,14 @@ def earlier_copy(ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.T
 
 # the unit of every statistic, the one table the per-head table and the report read
 _ROW = "share of the row"
+_OUT = "share of the row's sum a ||v W_O||"
 UNITS = {"entropy": "nats", "entropy_ratio": "of uniform", "max_weight": "weight",
          "sink_mass": _ROW, "prev_mass": _ROW, "self_mass": _ROW, "next_mass": _ROW,
          "local_mass": _ROW, "distance": "tokens back", "match_mass": _ROW, "dup_mass": _ROW,
          "retrieval_score": "of copied tokens", "prev_argmax": "of queries",
          "next_argmax": "of queries", "self_argmax": "of queries",
-         "importance": "nats (first order)", "received": "summed over queries"}
+         "importance": "nats (first order)", "sink_mass_vw": _OUT, "prev_mass_vw": _OUT,
+         "self_mass_vw": _OUT, "received": "summed over queries"}
 # the per-head table's columns, in order (their units: UNITS)
 TABLE_COLUMNS = tuple(name for name in UNITS if name != "received")
 

@@ -110,12 +110,37 @@ def _coarsen(mean, top, n: int, cq: int, ck: int):
     return ((blocks / areas).to(mean.dtype), top.amax((-3, -1)), 2 * cq, 2 * ck)
 
 
+SINK_WEIGHT, SINK_OUTPUT = 0.5, 0.1      # a sink of weight whose output is not one
+
+
+def sink_in_weight_only(c) -> list[tuple[int, int]]:
+    """The heads whose weight is a sink (``sink_mass`` >= 0.5) while their output is not
+    (``sink_mass_vw`` <= 0.1: the sink key's share of ``sum_j a_ij ||v_j W_O||``), the
+    strongest first; empty where the value-weighted shares were not measured."""
+    vw = c.summary.get("sink_mass_vw")
+    if vw is None:
+        return []
+    w = c.summary["sink_mass"]
+    heads = [(la, h) for la in range(c.layers) for h in range(c.heads)
+             if float(w[la, h]) >= SINK_WEIGHT and float(vw[la, h]) <= SINK_OUTPUT]
+    return sorted(heads, key=lambda g: -float(w[g]))
+
+
 def findings(c) -> list[str]:
     """One line per kind of :data:`FINDINGS` and per other label some head carries: the heads
     with the label and their statistic, or, where none has it, the largest value and its head
     beside the threshold ("no sink: largest first-token mass 0.003 (L0H4); a sink needs more
-    than 0.3")."""
+    than 0.3"); with the value-weighted shares, the sinks of weight whose output is not one."""
     out = []
+    idle = sink_in_weight_only(c)
+    if idle:
+        w, vw = c.summary["sink_mass"], c.summary["sink_mass_vw"]
+        shown = ", ".join(f"L{la}H{h} ({float(w[la, h]):.2f} of the weight, "
+                          f"{float(vw[la, h]):.2f} of the output)" for la, h in idle[:8])
+        out.append(f"sink in weight only ({len(idle)}): {shown}"
+                   f"{f' and {len(idle) - 8} more' if len(idle) > 8 else ''} -- at least "
+                   f"{SINK_WEIGHT} of the weight on the first token, at most {SINK_OUTPUT} of "
+                   "what the head writes (Kobayashi et al. 2020: weight times ||v W_O||)")
     units = table.UNITS
     present = {x for row in c.labels for x in row}
     kinds = list(FINDINGS) + [r.label for r in table.RULES
@@ -279,10 +304,12 @@ def _matters(c) -> str:
            f'{(hgt - bottom) / 2:.0f})" text-anchor="middle">share of the largest importance'
            f"</text>{''.join(ticks)}{''.join(dots)}</svg>")
     ranked = sorted(heads, key=lambda x: -float(values[x]))
+    vw = c.summary.get("sink_mass_vw")
     rows = "".join(
         f"<tr><td>{i + 1}</td><td>L{la}H{h}</td><td>{e(c.labels[la][h])}</td>"
         f"<td>{float(values[la, h]):.3g}</td><td>{float(share[la, h]):.1%}</td>"
-        f"<td>{float(c.summary['sink_mass'][la, h]):.2f}</td></tr>"
+        f"<td>{float(c.summary['sink_mass'][la, h]):.2f}</td>"
+        + (f"<td>{float(vw[la, h]):.2f}</td>" if vw is not None else "") + "</tr>"
         for i, (la, h) in enumerate(ranked[:10]))
     idle = [(la, h) for la, h in ranked[::-1]
             if c.labels[la][h] not in (table.NONE, "broad") and float(share[la, h]) < IDLE]
@@ -305,7 +332,8 @@ def _matters(c) -> str:
             f"&#8706;L/&#8706;o<sub>h,t</sub>&#10217;|, {kind}, from one backward pass on the "
             f"tiled backend. It is a first-order estimate, not an ablation.</p>{svg}"
             f'<table data-el="matters-top"><tr><th>rank</th><th>head</th><th>label by weight'
-            f"</th><th>importance (nats)</th><th>of the largest</th><th>sink mass</th></tr>"
+            f"</th><th>importance (nats)</th><th>of the largest</th><th>sink mass</th>"
+            + ("<th>sink share of the output</th>" if vw is not None else "") + "</tr>"
             f'{rows}</table><p data-el="matters-idle">{idle_text}</p></section>')
 
 
