@@ -24,13 +24,14 @@ contributions come back too, so the importance of each stretch of the text
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
+from attnlab.core.engine.eager.loop import collect_relevance
 from attnlab.inspect.ablation import attention_modules
 
 
@@ -47,6 +48,9 @@ class HeadImportance:
             tokens, nats).
         target: ``(start, end)``: the positions whose tokens the loss predicts.
         patched: whether ``importance`` is attribution patching against a corrupted input.
+        relevance: ``(L, H, N)`` float64 with ``relevance=True``: the relevance each key
+            receives, ``sum_i (P_ij dP_ij)+`` over the queries (``dP`` the gradient of the
+            weights), formed tile by tile in the backward; else None.
     """
 
     importance: torch.Tensor
@@ -54,6 +58,14 @@ class HeadImportance:
     loss: float
     target: tuple[int, int]
     patched: bool = False
+    relevance: torch.Tensor | None = None
+
+    def token_relevance(self) -> torch.Tensor:
+        """``(N,)``: each token's relevance summed over every layer and head (``relevance``,
+        Chefer et al. 2021's ``sum_i (P_ij dP_ij)+``); a ValueError where it was not asked."""
+        if self.relevance is None:
+            raise ValueError("no token relevance: call head_gradients(..., relevance=True)")
+        return self.relevance.sum((0, 1))
 
     def by_band(self, size: int) -> torch.Tensor:
         """``(L, H, bands)``: the signed sum over positions ``[k * size, (k + 1) * size)``."""
@@ -130,7 +142,8 @@ def _logits(model, input_ids, attention_mask):
 
 def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
                    attention_mask: torch.Tensor | None = None,
-                   corrupt_ids: torch.Tensor | None = None) -> HeadImportance:
+                   corrupt_ids: torch.Tensor | None = None,
+                   relevance: bool = False) -> HeadImportance:
     """Every head's importance for the loss of ``input_ids`` ``(1, N)`` from one forward and one
     backward (see the module docstring).
 
@@ -144,6 +157,9 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
             in the loss.
         corrupt_ids: ``(1, N)``: a corrupted input of the same length; the importance is then
             attribution patching, ``sum_t <o(clean) - o(corrupt), dL/do>``.
+        relevance: also each key's relevance per head (Chefer et al. 2021, summed over the
+            queries), from the eager tile loop's backward (the compiled one does not form
+            ``P dP``; slower).
     """
     input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() == 1:
@@ -169,14 +185,18 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
                 with torch.no_grad(), _head_outputs(model, corrupt):
                     _logits(model, corrupt_ids.to(input_ids.device), attention_mask)
             with torch.enable_grad(), _gated(model, modules, n, corrupt) as gates, \
-                    _checkpointed(model, modules) as lean:
+                    _checkpointed(model, modules) as lean, \
+                    (collect_relevance() if relevance else nullcontext()) as found, \
+                    _embedded(model, relevance) as embedded:
                 out = _logits(model, input_ids, attention_mask)
                 if lean is not None:          # the last hidden states: the loss by chunks
                     loss = _chunked_loss(lean, out, input_ids, start, end, attention_mask)
                 else:
                     loss = _loss(out, input_ids, start, end, attention_mask)
                 try:
-                    grads = torch.autograd.grad(loss, gates)
+                    # with relevance, the embeddings too: the backward then runs through every
+                    # layer's attention (the gates alone do not need the first layer's)
+                    grads = torch.autograd.grad(loss, [*gates, *embedded])[:len(gates)]
                 except RuntimeError as err:
                     raise ValueError(f"{type(model).__name__} cannot run backward through its "
                                      f"attention: {err}") from None
@@ -187,8 +207,17 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
     for layer, ((_, _, heads), g) in enumerate(zip(modules, grads)):
         per[layer, :heads] = g[0].double().T                              # (H, N)
     total = per.sum(-1)
+    rel = None
+    if relevance:
+        if len(found) != len(modules):
+            raise ValueError(f"{type(model).__name__}'s attention did not run on attnlab's "
+                             f"tiled backend ({len(found)} of {len(modules)} layers gave a "
+                             "relevance): relevance=True needs a transformers model")
+        rel = torch.zeros(len(modules), n_heads, n, dtype=torch.float64)
+        for layer, r in enumerate(reversed(found)):         # the backward runs last layer first
+            rel[layer, :r.shape[0]] = r.cpu()
     return HeadImportance(total if corrupt else total.abs(), per, float(loss.detach()),
-                          (start, end), patched=bool(corrupt))
+                          (start, end), patched=bool(corrupt), relevance=rel)
 
 
 @contextmanager
@@ -303,3 +332,26 @@ def _chunked_loss(head: nn.Linear, hidden, ids, start: int, end: int,
         total = total + checkpoint(nll, hidden[0, a - 1:b - 1], ids[0, a:b],
                                    real[a - start:b - start].double(), use_reentrant=False)
     return total / real.sum()
+
+
+@contextmanager
+def _embedded(model, wanted: bool):
+    """With ``wanted``, the model's input embeddings, made to require a gradient and collected
+    as the forward makes them (yields the list); else an empty list."""
+    found: list = []
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if not wanted or emb is None:
+        yield found
+        return
+
+    def hook(mod, args, out):
+        if len(found) < 1 and out.is_floating_point():
+            out = out if out.requires_grad else out.detach().requires_grad_(True)
+            found.append(out)
+            return out
+        return None
+    handle = emb.register_forward_hook(hook)
+    try:
+        yield found
+    finally:
+        handle.remove()

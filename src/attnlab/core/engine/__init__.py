@@ -19,8 +19,10 @@ One walk, two implementations of it, and the modifiers it understands::
 
 The public faces are the ``tiled`` and ``blocksparse`` backends (:mod:`attnlab.core.backends`)
 and :func:`attnlab.core.stats.attention_stats`; outside :mod:`attnlab.core`, only ring
-attention's backward calls the engine itself
-(:func:`~attnlab.core.engine.eager.loop.block_backward`). The engine imports nothing above it: no
-backend, no registry, no statistics' face, and the eager loop nothing of the compiled one. Every
-compiled path is tested against its eager twin, and both against the float64 reference backend.
+attention's backward (:func:`~attnlab.core.engine.eager.loop.block_backward`) and the token
+relevance of :mod:`attnlab.inspect.importance`
+(:func:`~attnlab.core.engine.eager.loop.collect_relevance`) call the engine itself. The engine
+imports nothing above it: no backend, no registry, no statistics' face, and the eager loop nothing
+of the compiled one. Every compiled path is tested against its eager twin, and both against the
+float64 reference backend.
 """

@@ -40,6 +40,17 @@ LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
 
 
+# the token relevance the eager backward collects where asked (eager.loop.collect_relevance)
+RELEVANCE: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "attnlab_relevance", default=None)
+
+
+def relevance_wanted() -> bool:
+    """Whether a backward inside :func:`attnlab.core.engine.eager.loop.collect_relevance` is
+    under way (the compiled loop, which does not form ``P dP``, then stands aside)."""
+    return RELEVANCE.get() is not None
+
+
 @contextlib.contextmanager
 def tile_sizes(block_q: int, block_k: int):
     """Within the block, the tiled backend uses ``(block_q, block_k)`` tiles (in this thread or

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 from attnlab.core.engine.modifiers import diagonal
-from attnlab.core.engine.tiles import LOG2E
+from attnlab.core.engine.tiles import LOG2E, relevance_wanted
 
 ENV = "ATTNLAB_LOOP"
 # In "auto", a call this large builds the loop when it is not yet built (the build costs
@@ -239,7 +239,7 @@ def takes(spec, modifiers: bool = False) -> bool:
 def wanted(spec, modifiers: bool = False) -> bool:
     """Whether this call runs the compiled loop (see the module docstring and :func:`takes`)."""
     mode = setting()
-    if mode == "0" or not takes(spec, modifiers):
+    if mode == "0" or not takes(spec, modifiers) or relevance_wanted():
         return False
     if _state["loaded"]:
         return True

@@ -28,17 +28,34 @@ each tile's dS summed over the mask's broadcast dims (T5's learned position bias
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
-from attnlab.core.engine.tiles import LOG2E, Tiles, base2, key_blocks, sizes
+from attnlab.core.engine.tiles import LOG2E, RELEVANCE, Tiles, base2, key_blocks, sizes
 from attnlab.core.geometry import tile_of
 from attnlab.core.score_mod import TileGrad
 from attnlab.core.softmax import finite_or_zero, merge_split
 from attnlab.core.spec import AttentionSpec, compute_dtype
 
-__all__ = ["tile_forward", "tile_backward", "block_backward"]
+__all__ = ["tile_forward", "tile_backward", "block_backward", "collect_relevance"]
+
+
+@contextlib.contextmanager
+def collect_relevance():
+    """Inside the block, every tile backward of attention (on the eager loop: the compiled one
+    stands aside) appends to the yielded list each key's relevance per head, ``(BH, N_k)``
+    float64: ``sum_i (P_ij dP_ij)+`` over the queries, with ``dP = dO V^T`` the gradient of
+    the weights (Chefer et al. 2021's gradient-weighted attention, summed over the rows), formed
+    tile by tile where the backward forms ``P`` and ``dP``: no N x N map. Calls come in the
+    backward's order (the last layer first). Dropout is refused."""
+    found: list = []
+    token = RELEVANCE.set(found)
+    try:
+        yield found
+    finally:
+        RELEVANCE.reset(token)
 
 # Rows whose shift is above this (in log2 units) keep m and r apart in the backward.
 _HUGE = 2.0 ** 20
@@ -185,6 +202,14 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
     else:
         dq, dk, dv = into
     d_bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device) if need_bias_grad else None
+    relevance = RELEVANCE.get()
+    if relevance is not None:
+        if spec.dropout_p > 0:
+            raise ValueError("collect_relevance() takes attention without dropout (the "
+                             "relevance is of the weights the model uses): evaluate with "
+                             "model.eval()")
+        relevance.append(torch.zeros(q.shape[0], spec.n_k, dtype=torch.float64,
+                                     device=q.device))
     for i0 in range(0, spec.n_q, block_q):
         i1 = min(i0 + block_q, spec.n_q)
         do_blk = d_out[:, i0:i1]                                          # (BH, bq, D_v)
@@ -195,6 +220,8 @@ def tile_backward(q, k, v, out, m, r, d_out, d_lse, spec: AttentionSpec, bias=No
                 continue
             p = tiles.exp_(s)                                             # (BH, bq, bk)
             dp = tiles.qk(do_blk, v[:, j0:j1], out=tiles.buffer("dp", p.shape, p))
+            if relevance is not None:                                     # (P dP)+ per key
+                relevance[-1][:, j0:j1] += (p * dp).clamp_min(0).sum(1).double()
             if spec.dropout_p > 0:
                 z = tiles.dropout_scale(i0, i1, j0, j1, p.dtype)
                 dv[:, j0:j1] += tiles.tmm(p * z, do_blk)
