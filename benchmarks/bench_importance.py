@@ -34,21 +34,31 @@ def _text() -> str:
     return first_scene()
 
 
-def child(job: str, n: int) -> dict:
+def smollm2_on_lear(n: int):
+    """``(model, tokenizer, ids (1, n))``: SmolLM2 on ``attnlab_tiled``, two threads, and King
+    Lear's first scene repeated to ``n`` tokens (the importance benchmarks' setting)."""
     import torch
 
     from attnlab import zoo
-    from attnlab.inspect import census
-    from attnlab.inspect.importance import head_gradients
     from attnlab.integrations import transformers as attnlab_hf
 
     torch.set_num_threads(2)
     model, tok = zoo.load_lm("smollm2")
     text = _text()
     ids = tok(text * (1 + 4 * n // len(text)), return_tensors="pt")["input_ids"][:, :n]
-    assert ids.shape[1] == n, ids.shape
     attnlab_hf.register(["attnlab_tiled"])
     model.set_attn_implementation("attnlab_tiled")
+    return model, tok, ids
+
+
+def child(job: str, n: int) -> dict:
+    import torch
+
+    from attnlab.inspect import census
+    from attnlab.inspect.importance import head_gradients
+
+    model, _, ids = smollm2_on_lear(n)
+    assert ids.shape[1] == n, ids.shape
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     if job == "forward":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -28,24 +27,16 @@ def main() -> None:
     import torch
     from scipy.stats import spearmanr
 
-    from attnlab import zoo
     from attnlab.inspect.ablation import ablate_heads, head_importance
     from attnlab.inspect.importance import head_gradients
-    from attnlab.integrations import transformers as attnlab_hf
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1024, help="tokens of the text")
     parser.add_argument("--draws", type=int, default=20, help="random groups of 10 heads")
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from demo_text import first_scene
+    from bench_importance import smollm2_on_lear
 
-    model, tok = zoo.load_lm("smollm2")
-    text = first_scene()
-    ids = tok(text, return_tensors="pt")["input_ids"][:, :args.n]
-    attnlab_hf.register(["attnlab_tiled"])
-    model.set_attn_implementation("attnlab_tiled")
+    model, tok, ids = smollm2_on_lear(args.n)
 
     def loss() -> float:
         with torch.no_grad():

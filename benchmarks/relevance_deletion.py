@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -25,26 +24,19 @@ RESULTS = Path(__file__).parent / "results" / "relevance_deletion.json"
 def main() -> None:
     import torch
 
-    from attnlab import zoo
     from attnlab.inspect import census
     from attnlab.inspect.importance import head_gradients
-    from attnlab.integrations import transformers as attnlab_hf
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1024, help="tokens of the text")
     parser.add_argument("--target", type=int, default=64, help="tokens predicted at the end")
     parser.add_argument("--draws", type=int, default=20, help="random deletions")
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from demo_text import first_scene
+    from bench_importance import smollm2_on_lear
 
-    model, tok = zoo.load_lm("smollm2")
-    ids = tok(first_scene(), return_tensors="pt")["input_ids"][:, :args.n]
+    model, tok, ids = smollm2_on_lear(args.n)
     n = ids.shape[1]
     start = n - args.target
-    attnlab_hf.register(["attnlab_tiled"])
-    model.set_attn_implementation("attnlab_tiled")
 
     def loss(drop: list[int]) -> float:
         mask = torch.ones(1, n, dtype=torch.long)

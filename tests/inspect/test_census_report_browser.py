@@ -179,26 +179,11 @@ def test_contexts_read_as_the_text_in_chromium(which, tmp_path):
     """The contexts of the rows and of the keys that receive the most, as Chromium shows them:
     with the brackets of the token taken out, each is a stretch of the text itself (no space
     inside a word, none before a comma), on each kind of tokenizer."""
-    import transformers as tf
-
-    from attnlab.inspect import census
-    from tests.inspect.test_tokens import (
-        _ids,
-        _kjv_tokenizer,
-        _minilm_tokenizer,
-        _smollm2_tokenizer,
-    )
+    from tests.inspect.test_tokens import tiny_census
 
     text = ("Kent's banishment, unbelievable. Fare thee well, King: sith thus thou wilt "
             "appear, freedom lives hence, and banishment is here.")
-    tok = {"smollm2": _smollm2_tokenizer, "minilm": _minilm_tokenizer,
-           "kjv": _kjv_tokenizer}[which]()
-    ids = _ids(tok, text)
-    torch.manual_seed(0)
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(
-        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, hidden_size=16,
-        intermediate_size=32, vocab_size=int(ids.max()) + 1, max_position_embeddings=512))
-    c = census(model, tok, input_ids=ids[None])
+    _, c = tiny_census(which, text)
     path = write_census(c, tmp_path / "census.html")
     reads = text.lower() if which == "minilm" else text
     with open_report(path) as opened:

@@ -40,6 +40,19 @@ def _ids(tok, text):
     return torch.as_tensor(ids[0] if isinstance(ids[0], list) else ids)
 
 
+def tiny_census(which: str, text: str):
+    """``(tokenizer, census)``: a census of a tiny random Llama run on the ids that tokenizer
+    ``which`` ("smollm2", "minilm", "kjv") gives ``text``."""
+    tok = {"smollm2": _smollm2_tokenizer, "minilm": _minilm_tokenizer,
+           "kjv": _kjv_tokenizer}[which]()
+    ids = _ids(tok, text)
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(
+        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, hidden_size=16,
+        intermediate_size=32, vocab_size=int(ids.max()) + 1, max_position_embeddings=512))
+    return tok, census(model, tok, input_ids=ids[None])
+
+
 def test_smollm2_pieces_are_the_text_itself():
     tok = _smollm2_tokenizer()
     tokens = tokens_of(tok, _ids(tok, LEAR))
@@ -74,14 +87,7 @@ def test_sentencepiece_spaces_are_spaces():
 def test_the_census_report_carries_the_text_as_it_reads(which):
     """A census of a tiny model run on each tokenizer's ids: the report's pieces read as the
     text (the page marks one token inside them)."""
-    tok = {"smollm2": _smollm2_tokenizer, "minilm": _minilm_tokenizer,
-           "kjv": _kjv_tokenizer}[which]()
-    ids = _ids(tok, LEAR)
-    torch.manual_seed(0)
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(
-        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, hidden_size=16,
-        intermediate_size=32, vocab_size=int(ids.max()) + 1, max_position_embeddings=256))
-    c = census(model, tok, input_ids=ids[None])
+    _, c = tiny_census(which, LEAR)
     text = "".join(census_data(c)["text"])
     want = {"smollm2": LEAR, "kjv": LEAR + "</s>",
             "minilm": "[CLS] kent's banishment, unbelievable. [exeunt.] fare thee well, "
