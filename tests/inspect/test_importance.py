@@ -381,3 +381,20 @@ def test_token_relevance_from_the_backward_tiles_equals_the_dense_maps(family, n
     assert torch.allclose(plain.importance, got.importance, rtol=1e-6, atol=1e-12)
     with pytest.raises(ValueError, match="relevance=True"):
         plain.token_relevance()
+
+
+def test_forwards_set_on_the_instance_are_put_back():
+    """A layer whose instance already has its own forward (an accelerate hook) gets it back
+    after the call; relevance on a model that is not a transformers one is refused first."""
+    model = build("llama")
+    layer = model.model.layers[0]
+    own = layer.forward
+    layer.forward = own                       # an instance attribute, as a hook sets it
+    ids = torch.randint(0, V, (1, 20), generator=torch.Generator().manual_seed(9))
+    head_gradients(model, ids)
+    assert layer.__dict__.get("forward") is own
+    assert "forward" not in model.model.layers[1].__dict__
+    assert "forward" not in model.lm_head.__dict__
+    with pytest.raises(ValueError, match="relevance=True needs a transformers model"):
+        head_gradients(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), ids,
+                       relevance=True)

@@ -176,6 +176,12 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
                              f"got {corrupt_ids.shape[1]}; pad or cut the corrupted text to "
                              "the same length")
     modules = attention_modules(model)                  # refuses a model without W_O
+    if relevance:
+        from attnlab.integrations.transformers import is_transformers_model
+
+        if not is_transformers_model(model):
+            raise ValueError(f"relevance=True needs a transformers model (its attention runs "
+                             f"on attnlab's tiled backend); {type(model).__name__} is not one")
     was_training = model.training
     model.eval()
     try:
@@ -281,8 +287,8 @@ def _checkpointed(model, modules):
     """For the block, each decoder layer of a transformers causal language model is
     checkpointed and its output head returns the last hidden states; yields that head (the
     loss is then taken by chunks, :func:`_chunked_loss`), or None where the model is not of
-    that kind (its forward is left as it is). The instances' own ``forward`` attributes are
-    set and removed again: the classes, and every other model, are untouched."""
+    that kind (its forward is left as it is). The instances' ``forward`` attributes are set
+    and put back as they were (a hook's own, or none): the classes are untouched."""
     from attnlab.integrations.transformers import is_transformers_model
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -293,21 +299,24 @@ def _checkpointed(model, modules):
     if not (is_transformers_model(model) and layers and plain_head):
         yield None
         return
-    wrapped = []
+    wrapped = []                    # (module, its own forward attribute before, or None)
     try:
         for layer in layers:
             orig = layer.forward
 
             def forward(*args, _orig=orig, **kwargs):
                 return checkpoint(_orig, *args, use_reentrant=False, **kwargs)
+            wrapped.append((layer, layer.__dict__.get("forward")))
             layer.forward = forward
-            wrapped.append(layer)
+        wrapped.append((head, head.__dict__.get("forward")))
         head.forward = lambda x: x                     # the model returns the hidden states
-        wrapped.append(head)
         yield head
     finally:
-        for m in wrapped:
-            del m.forward                              # back to the class's forward
+        for m, before in reversed(wrapped):            # an accelerate hook's forward too
+            if before is None:
+                del m.forward
+            else:
+                m.forward = before
 
 
 def _chunked_loss(head: nn.Linear, hidden, ids, start: int, end: int,

@@ -311,8 +311,9 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
             out[rows_name] = (counted & subsets[name]).sum(-1).float()
     # a uniform head on the same rows, layer by layer (causal or not)
     n_h = counted.shape[1]
-    base = [uniform_rows(n_q, n_k, bool(c), real=real, ids=ids, band=band,
-                         sink_keys=sink_keys) for c in causal]
+    once = {c: uniform_rows(n_q, n_k, c, real=real, ids=ids, band=band, sink_keys=sink_keys)
+            for c in {bool(c) for c in causal}}            # once per kind of layer, not per layer
+    base = [once[bool(c)] for c in causal]
     for name in base[0]:
         if name not in out:
             continue
