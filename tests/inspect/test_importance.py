@@ -24,7 +24,10 @@ def build(family, dtype=torch.float64):
              "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(
                  n_layer=2, n_head=4, n_embd=32, vocab_size=V, n_positions=512)),
              "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(num_key_value_heads=2,
-                                                                 **small))}[family]()
+                                                                 **small)),
+             "gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(
+                 num_key_value_heads=2, head_dim=8, sliding_window=16,
+                 attn_logit_softcapping=5.0, **small))}[family]()
     return model.to(dtype).eval()
 
 
@@ -261,67 +264,88 @@ def test_the_command_line_importance_flag(tmp_path, capsys):
     assert "takes no --maps" in capsys.readouterr().err
 
 
-def _dense_value_weighted(model, ids, mask=None):
-    """The value-weighted shares from dense float64 maps (output_attentions of attnlab's
+def _dense_value_weighted(model, ids, mask=None, band=16):
+    """The value-weighted statistics from dense float64 maps (output_attentions of attnlab's
     reference: eager's are NaN on a left-padded row, which then spreads), the values (a hook on
-    v_proj) and W_O: ``a_ij ||v_j W_O^h|| / sum_j a_ij ||v_j W_O^h||`` on the sink (the first
-    real key), the previous key and the key itself."""
+    v_proj) and W_O: the distribution ``a_ij ||v_j W_O^h|| / sum_j a_ij ||v_j W_O^h||``, read
+    by the dense specification of the statistics (reference_stats)."""
+    from attnlab.core.stats import reference_stats
     from attnlab.integrations import transformers as ah
 
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    d = cfg.hidden_size // heads
+    gpt2 = hasattr(model, "transformer")
+    kv = heads if gpt2 else cfg.num_key_value_heads
+    layers = model.transformer.h if gpt2 else model.model.layers
     values = []
-    hooks = [layer.self_attn.v_proj.register_forward_hook(lambda m, a, o: values.append(o))
-             for layer in model.model.layers]
+    if gpt2:            # c_attn's output is [q | k | v]
+        hooks = [layer.attn.c_attn.register_forward_hook(
+            lambda m, a, o: values.append(o[..., 2 * cfg.hidden_size:])) for layer in layers]
+    else:
+        hooks = [layer.self_attn.v_proj.register_forward_hook(
+            lambda m, a, o: values.append(o)) for layer in layers]
     ah.register(["attnlab_reference"])
     model.set_attn_implementation("attnlab_reference")
     with torch.no_grad():
         maps = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
     for h in hooks:
         h.remove()
-    cfg = model.config
-    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
-    d = cfg.hidden_size // heads
     first = 0 if mask is None else int(mask[0].nonzero()[0])
-    out = {"sink": [], "prev": [], "self": []}
+    real = None if mask is None else mask[0].bool()
+    out = []
     for layer, (a, v) in enumerate(zip(maps, values)):
         a = a[0].double()                                              # (H, N, N)
         n_tok = a.shape[-1]
         v = v[0].double().reshape(n_tok, kv, d).transpose(0, 1)        # (kv, N, D)
-        w = model.model.layers[layer].self_attn.o_proj.weight.double()
-        w = w.reshape(w.shape[0], heads, d).permute(1, 2, 0)           # (H, D, d_model)
+        if gpt2:                                                       # Conv1D: x @ W
+            w = layers[layer].attn.c_proj.weight.detach().double().reshape(heads, d, -1)
+        else:
+            w = layers[layer].self_attn.o_proj.weight.detach().double()
+            w = w.reshape(w.shape[0], heads, d).permute(1, 2, 0)       # (H, D, d_model)
         norms = torch.bmm(v.repeat_interleave(heads // kv, 0), w).norm(dim=-1)   # (H, N)
         weighted = a * norms[:, None, :]
-        total = weighted.sum(-1).clamp_min(1e-300)
-        idx = torch.arange(n_tok)
-        out["sink"].append(weighted[:, :, first] / total)
-        prev = torch.zeros_like(total)
-        prev[:, 1:] = weighted[:, idx[1:], idx[1:] - 1]
-        out["prev"].append(prev / total)
-        out["self"].append(weighted[:, idx, idx] / total)
-    return {k: torch.stack(v) for k, v in out.items()}
+        shares = weighted / weighted.sum(-1, keepdim=True).clamp_min(1e-300)
+        out.append(reference_stats(shares, sink_start=first, band=band, ids=ids[0],
+                                   queries=real))
+    return {name: torch.stack([getattr(s, name) for s in out])
+            for name in ("sink_mass", "prev_mass", "self_mass", "local_mass", "match_mass",
+                         "received")}
 
 
-@pytest.mark.parametrize("n, padding", [(70, None), (45, "left")])
-def test_value_weighted_shares_equal_their_dense_definition(n, padding):
+@pytest.mark.parametrize("family, n, padding", [("llama", 70, None), ("gpt2", 45, "left"),
+                                                ("mistral", 70, "right"),
+                                                ("qwen2", 45, "left"),
+                                                ("gemma2", 40, "left")])
+def test_value_weighted_statistics_equal_their_dense_definition(family, n, padding):
     """census(..., value_weighted=True): every row's share of sum_j a_ij ||v_j W_O^h|| on the
-    sink, the previous key and the key itself equals the dense float64 computation within
-    1e-5, with GQA and left padding; per-head means and the table carry them."""
+    sink, the previous key, the key itself, the band and the prefix-matching keys, and the
+    value-weighted attention each key receives, equal the dense float64 computation within
+    1e-5 of the largest, on each family (GPT-2's Conv1D projections, Mistral's sliding
+    window, Gemma 2's softcap), with GQA and padding on either side (the band of 4 crosses tiles of the 70
+    tokens); per-head means and the table carry them."""
     from attnlab.inspect import census
 
-    model = build("llama")
-    ids = torch.randint(0, V, (1, n), generator=torch.Generator().manual_seed(n))
+    model = build(family)
+    ids = torch.randint(0, 7, (1, n), generator=torch.Generator().manual_seed(n))  # repeats
     mask = None
     if padding == "left":
         mask = torch.ones(1, n, dtype=torch.long)
         mask[0, :6] = 0
-    c = census(model, input_ids=ids, attention_mask=mask, value_weighted=True)
-    dense = _dense_value_weighted(model, ids, mask)
+    elif padding == "right":
+        mask = torch.ones(1, n, dtype=torch.long)
+        mask[0, -5:] = 0
+    c = census(model, input_ids=ids, attention_mask=mask, value_weighted=True, band=4)
+    dense = _dense_value_weighted(model, ids, mask, band=4)
     real = slice(None) if mask is None else mask[0].bool()
-    for name, key in (("sink_mass_vw", "sink"), ("prev_mass_vw", "prev"),
-                      ("self_mass_vw", "self")):
-        got = c.stats[name].double()[..., real]
-        want = dense[key][..., real]
+    for name in ("sink_mass", "prev_mass", "self_mass", "local_mass", "match_mass"):
+        got = c.stats[name + "_vw"].double()[..., real]
+        want = dense[name][..., real]
         assert float((got - want).abs().max()) <= 1e-5, name
-    assert "sink_mass_vw" in c.table().columns
+        assert name + "_vw" in c.table().columns
+    got, want = c.stats["received_vw"].double(), dense["received"]
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    assert float(c.summary["match_mass_vw"].abs().sum()) > 0
     with pytest.raises(ValueError, match="value_weighted= needs a transformers model"):
         census(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True),
                inputs=torch.randn(1, 8, 16), value_weighted=True)

@@ -186,14 +186,19 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
         importance: also every head's importance for the loss of the text (or of the target
             span ``(start, end)``), from one backward on the tiled backend
             (:func:`attnlab.inspect.importance.head_gradients`): ``Census.importance``, the
-            ``importance`` column of :meth:`Census.table` and the report's "What matters".
-            Transformers causal language models only.
+            ``importance`` column of :meth:`Census.table` and the report's "What matters",
+            with each token's relevance from the same backward
+            (``Census.importance.token_relevance()``). Transformers causal language models
+            only.
         value_weighted: also each head's value-weighted shares (Kobayashi et al. 2020): of
-            ``sum_j a_ij ||v_j W_O^h||``, the part on the sink key (``sink_keys=1``), on the
-            previous key and on the key itself (``sink_mass_vw``, ``prev_mass_vw``,
-            ``self_mass_vw``): one more tiled attention call per layer, with the norms as
-            its only value column. Transformers models whose attention has a per-head output
-            projection.
+            ``sum_j a_ij ||v_j W_O^h||``, the part on the sink keys, the previous key, the key
+            itself, the band and the prefix-matching keys (``sink_mass_vw``, ``prev_mass_vw``,
+            ``self_mass_vw``, ``local_mass_vw``, ``match_mass_vw``), and the value-weighted
+            attention each key receives (``stats["received_vw"]``): one more statistics pass
+            per layer (:func:`attnlab.inspect.collect.value_weighted_shares`). Transformers
+            models whose attention has a per-head output projection (``o_proj``,
+            ``out_proj``, ``c_proj`` or ``o``); others are refused, since without ``W_O`` a
+            key's norm would be its value's, which is not what the head writes.
     """
     from attnlab.integrations import transformers as ah
     from attnlab.nn import recording
@@ -292,7 +297,8 @@ def census(model, tokenizer=None, text: str | None = None, *, input_ids=None,
         from attnlab.inspect.importance import head_gradients
 
         imp = head_gradients(model, input_ids, attention_mask=attention_mask,
-                             target=None if importance is True else importance)
+                             target=None if importance is True else importance,
+                             relevance=True)
         out.importance = imp
         out.summary["importance"] = imp.importance.float()
     return out

@@ -51,8 +51,7 @@ class Collector:
         self.layers.append((name, stats, causal))
         if self.value_weighted:
             self.weighted.append(value_weighted_shares(module, query[:1], key[:1], value,
-                                                       options, stats, self.sink_keys,
-                                                       self.sink_start))
+                                                       options, self))
         return out
 
 
@@ -81,34 +80,53 @@ def value_norms(module, value: torch.Tensor, heads: int) -> torch.Tensor:
     return out
 
 
-def value_weighted_shares(module, query, key, value, options: dict, stats, sink_keys: int,
-                          sink_start: int) -> dict:
-    """Each row's value-weighted shares ``(H, N)``: of ``sum_j a_ij n_j`` (``n_j`` =
-    :func:`value_norms`), the part on the sink key (with ``sink_keys=1``), on the previous key
-    and on the key itself:
-    the row's weight there times ``n`` there over ``E_a[n]``, which one more tiled attention
-    call with ``n`` as the only value column gives."""
-    from attnlab.core.api import attention
+# the statistics of the value-weighted distribution that the census keeps
+VW_FIELDS = ("sink_mass", "prev_mass", "self_mass", "local_mass", "match_mass")
 
+
+def value_weighted_shares(module, query, key, value, options: dict, collector) -> dict:
+    """The census's statistics under the value-weighted distribution of each row (Kobayashi
+    et al. 2020): ``a'_ij = a_ij n_j / sum_k a_ik n_k`` with ``n_j`` = :func:`value_norms`, the
+    share of what the head writes that comes from key j. Each row's sink, previous-token,
+    self, local and prefix-matching share ``(H, N)`` (``*_vw``) and the value-weighted
+    attention each key receives (``received_vw``, summed over the rows that count).
+
+    ``a'`` is a softmax itself, of the scores plus ``log n_j``: one more statistics pass over
+    the tiles, with no N x N map. The bias rides in one more key column (queries get a 1, keys
+    ``log n_j / scale``), so the pass keeps the compiled loop; under a softcap or a
+    ``score_mod`` it is added by a ``score_mod`` instead. Learned sink logits write nothing and
+    leave ``a'``. A key with ``n_j = 0`` gets weight 0."""
     if value is None:
         raise ValueError("the value-weighted shares need the attention call's values")
     heads = query.shape[1]
     norms = value_norms(module, value, heads)                                 # (H, N)
+    log_n = norms.clamp_min(torch.finfo(torch.float32).tiny).log()
+    log_n = torch.where(norms > 0, log_n, torch.full_like(log_n, float("-inf")))
     keys = key.repeat_interleave(heads // key.shape[1], 1) if key.shape[1] != heads else key
-    kw = {k: _first(v) for k, v in options.items() if k != "enable_gqa"}
-    mean = attention(query.float(), keys.float(), norms[None, :, :, None], backend="tiled",
-                     **kw)[0, :, :, 0].double()                               # (H, N) E_a[n]
-    n = norms.shape[-1]
-    safe = torch.where(mean > 0, mean, torch.ones_like(mean))
-    pos = torch.arange(n, device=norms.device)
-    out = {"prev_mass_vw": stats.prev_mass[0].double()
-           * norms.double()[:, (pos - 1).clamp(min=0)] / safe,
-           "self_mass_vw": stats.self_mass[0].double() * norms.double() / safe}
-    if sink_keys == 1:                  # one sink key: its weight times its own n, exactly
-        out["sink_mass_vw"] = (stats.sink_mass[0].double()
-                               * norms[:, sink_start:sink_start + 1].double() / safe)
-    zero = mean <= 0
-    return {k: torch.where(zero, 0.0, v).float().cpu() for k, v in out.items()}
+    kw = {k: _first(v) for k, v in options.items() if k not in ("enable_gqa", "sinks")}
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    q, k = query.detach().to(dtype), keys.detach().to(dtype)
+    log_n = log_n.to(dtype)
+    if kw.get("softcap") is not None or kw.get("score_mod") is not None:
+        inner = kw.get("score_mod")
+
+        def biased(s, b, h, i, j):
+            return (inner(s, b, h, i, j) if inner is not None else s) + log_n[h, j]
+        kw["score_mod"] = biased
+    else:
+        scale = kw.pop("scale", None)
+        scale = (q.shape[-1] ** -0.5 if scale is None else float(scale)) \
+            / float(kw.pop("temperature", 1.0))
+        q = torch.cat([q, q.new_ones(*q.shape[:-1], 1)], -1)
+        k = torch.cat([k, (log_n / scale).clamp_min(-3e37)[None, :, :, None]], -1)
+        kw["scale"] = scale
+    c = collector
+    stats = attention_stats(q, k, sink_keys=c.sink_keys, sink_start=c.sink_start,
+                            queries=c.real, band=c.band, ids=c.ids, **kw)
+    out = {f"{name}_vw": getattr(stats, name)[0] for name in VW_FIELDS
+           if getattr(stats, name) is not None}
+    out["received_vw"] = stats.received[0]
+    return {k: v.float().cpu() for k, v in out.items()}
 
 
 def sharpest_rows(rows, sharpest: int):

@@ -274,7 +274,8 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
 
     out = {}
     for name in ("entropy", "max_weight", "sink_mass", "prev_mass", "self_mass", "next_mass",
-                 "local_mass", "distance", "sink_mass_vw", "prev_mass_vw", "self_mass_vw"):
+                 "local_mass", "distance", "sink_mass_vw", "prev_mass_vw", "self_mass_vw",
+                 "local_mass_vw"):
         if rows.get(name) is not None:
             out[name] = mean(rows[name])
     if isinstance(causal, bool):
@@ -300,6 +301,8 @@ def summarize(rows: dict, counted: torch.Tensor, *, causal, ids: torch.Tensor | 
     if ids is not None and rows.get("match_mass") is not None:
         subsets["match_mass"] = earlier_match(ids, real)[None, None, :]
         out["match_mass"] = mean(rows["match_mass"], counted & subsets["match_mass"])
+        if rows.get("match_mass_vw") is not None:
+            out["match_mass_vw"] = mean(rows["match_mass_vw"], counted & subsets["match_mass"])
     if ids is not None and rows.get("dup_mass") is not None:
         subsets["dup_mass"] = earlier_copy(ids, real)[None, None, :]
         out["dup_mass"] = mean(rows["dup_mass"], counted & subsets["dup_mass"])
@@ -387,9 +390,10 @@ UNITS = {"entropy": "nats", "entropy_ratio": "of uniform", "max_weight": "weight
          "retrieval_score": "of copied tokens", "prev_argmax": "of queries",
          "next_argmax": "of queries", "self_argmax": "of queries",
          "importance": "nats (first order)", "sink_mass_vw": _OUT, "prev_mass_vw": _OUT,
-         "self_mass_vw": _OUT, "received": "summed over queries"}
+         "self_mass_vw": _OUT, "local_mass_vw": _OUT, "match_mass_vw": _OUT,
+         "received": "summed over queries", "received_vw": "summed over queries"}
 # the per-head table's columns, in order (their units: UNITS)
-TABLE_COLUMNS = tuple(name for name in UNITS if name != "received")
+TABLE_COLUMNS = tuple(name for name in UNITS if not name.startswith("received"))
 
 
 def head_table(labels: list[list[str]], summary: dict):

@@ -340,19 +340,31 @@ $('received-note').textContent = 'Attention received: each key\u2019s weight sum
   'queries, averaged over every layer and head (1 = one query\u2019s whole attention). ' +
   (D.sinks ? D.sinks + ' head(s) are sinks: the first token collects much of it.'
            : 'No head is a sink here.');
-const rt = $('received');
-const hd = document.createElement('tr');
-for (const t of ['key', 'in context', 'received (queries\u2019 worth)']){
-  const th = document.createElement('th'); th.textContent = t; hd.appendChild(th);
+function tokenTable(el, rows, title){
+  if (!el || !rows) return;
+  const hd = document.createElement('tr');
+  for (const t of ['key', 'in context', title]){
+    const th = document.createElement('th'); th.textContent = t; hd.appendChild(th);
+  }
+  el.appendChild(hd);
+  for (const [k, v] of rows){
+    const tr = document.createElement('tr');
+    const a = document.createElement('td'); a.textContent = String(k); tr.appendChild(a);
+    tr.appendChild(ctxCell(k));
+    const b = document.createElement('td'); b.textContent = num(v); tr.appendChild(b);
+    el.appendChild(tr);
+  }
 }
-rt.appendChild(hd);
-for (const [k, v] of D.top_received){
-  const tr = document.createElement('tr');
-  const a = document.createElement('td'); a.textContent = String(k); tr.appendChild(a);
-  tr.appendChild(ctxCell(k));
-  const b = document.createElement('td'); b.textContent = num(v); tr.appendChild(b);
-  rt.appendChild(tr);
+tokenTable($('received'), D.top_received, 'received (queries\u2019 worth)');
+if (D.top_received_vw){
+  $('received-vw-note').hidden = false;
+  $('received-vw-note').textContent = 'Value-weighted (Kobayashi et al. 2020): each key\u2019s ' +
+    'share of what the heads write, a_ij \u2016v_j W_O\u2016 over the row\u2019s sum, summed ' +
+    'over the queries and averaged over every layer and head. A key that takes weight but ' +
+    'writes little drops here.';
+  tokenTable($('received-vw'), D.top_received_vw, 'value-weighted received');
 }
+tokenTable($('matters-tokens'), D.top_relevance, 'relevance');
 drawGrid();
 root.dataset.painted = String(performance.now());
 await openHead(0, 0);

@@ -216,6 +216,8 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
                                                                       top.indices.tolist())],
         "sink_keys": c.sink_keys, "band": c.band, "version": __version__,
+        "top_received_vw": _top(c.stats.get("received_vw")),
+        "top_relevance": _top(_relevance(c)),
     }
     if c.maps:
         mean, top_w = c.maps["mean"], c.maps["max"]
@@ -253,6 +255,24 @@ def _still_table(c) -> str:
             "which did not run here</b> (an untrusted notebook, or a preview such as GitHub's). "
             "Trust the notebook, or open the saved HTML file in a browser. The heads' labels:"
             f"</p><table><tr><th></th>{head}</tr>{body}</table></div>")
+
+
+def _top(per_layer, k: int = 20) -> list | None:
+    """The ``k`` keys with the largest value, averaged over layers and heads ``(L, H, N)``
+    (or as given ``(N,)``), as ``[[key, value], ...]``; None without the statistic."""
+    if per_layer is None:
+        return None
+    v = per_layer.double()
+    v = v.mean((0, 1)) if v.dim() == 3 else v
+    top = v.topk(min(k, v.numel()))
+    return [[int(i), float(f"{x:.4g}")] for x, i in zip(top.values.tolist(),
+                                                       top.indices.tolist())]
+
+
+def _relevance(c):
+    """Each token's relevance summed over layers and heads, where the census measured it."""
+    imp = getattr(c, "importance", None)
+    return None if imp is None or imp.relevance is None else imp.token_relevance()
 
 
 IDLE = 0.01        # a labelled head below this share of the largest importance "does little"
@@ -305,11 +325,21 @@ def _matters(c) -> str:
            f"</text>{''.join(ticks)}{''.join(dots)}</svg>")
     ranked = sorted(heads, key=lambda x: -float(values[x]))
     vw = c.summary.get("sink_mass_vw")
+
+    def own(la, h) -> str:          # the label's statistic by weight, then by output
+        lab = c.labels[la][h]
+        if lab in (table.NONE, "broad") or lab not in {r.label for r in table.RULES}:
+            return "<td></td>"
+        stat = table.rule(lab).statistic
+        if c.summary.get(stat + "_vw") is None:
+            return f"<td>{e(stat)} {float(c.summary[stat][la, h]):.2f}</td>"
+        return (f"<td>{e(stat)} {float(c.summary[stat][la, h]):.2f} &#8594; "
+                f"{float(c.summary[stat + '_vw'][la, h]):.2f}</td>")
     rows = "".join(
         f"<tr><td>{i + 1}</td><td>L{la}H{h}</td><td>{e(c.labels[la][h])}</td>"
         f"<td>{float(values[la, h]):.3g}</td><td>{float(share[la, h]):.1%}</td>"
         f"<td>{float(c.summary['sink_mass'][la, h]):.2f}</td>"
-        + (f"<td>{float(vw[la, h]):.2f}</td>" if vw is not None else "") + "</tr>"
+        + (f"<td>{float(vw[la, h]):.2f}</td>{own(la, h)}" if vw is not None else "") + "</tr>"
         for i, (la, h) in enumerate(ranked[:10]))
     idle = [(la, h) for la, h in ranked[::-1]
             if c.labels[la][h] not in (table.NONE, "broad") and float(share[la, h]) < IDLE]
@@ -333,8 +363,16 @@ def _matters(c) -> str:
             f"tiled backend. It is a first-order estimate, not an ablation.</p>{svg}"
             f'<table data-el="matters-top"><tr><th>rank</th><th>head</th><th>label by weight'
             f"</th><th>importance (nats)</th><th>of the largest</th><th>sink mass</th>"
-            + ("<th>sink share of the output</th>" if vw is not None else "") + "</tr>"
-            f'{rows}</table><p data-el="matters-idle">{idle_text}</p></section>')
+            + ("<th>sink share of the output</th><th>its label's statistic, weight &#8594; "
+               "output</th>" if vw is not None else "") + "</tr>"
+            f'{rows}</table><p data-el="matters-idle">{idle_text}</p>'
+            + ('<h3>Tokens that matter</h3><p class="explain">Token relevance through attention '
+               "(Chefer et al. 2021): &#8721;<sub>i</sub> (P<sub>ij</sub> dP<sub>ij</sub>)"
+               "<sup>+</sup> for each key j, summed over the queries, heads and layers, from "
+               "the same backward pass. Masking the most relevant tokens was measured no better "
+               "than masking random ones on SmolLM2 (docs/inspect.md): read it as where the "
+               'gradient flows, not as proof.</p><table data-el="matters-tokens"></table>'
+               if _relevance(c) is not None else "") + "</section>")
 
 
 def render_census(c, *, standalone: bool = False, inline: bool = False,
