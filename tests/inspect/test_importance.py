@@ -370,6 +370,26 @@ def test_a_sink_in_weight_only_is_named_on_the_first_screen():
     assert not [x for x in findings(plain) if x.startswith("sink in weight only")]
 
 
+def dense_relevance(model, ids, mask=None, target=None):
+    """Chefer's sum_i (P_ij dP_ij)+ per layer, head and key from dense float64 maps (attnlab's
+    reference, output_attentions) and their gradient by autograd, for the mean loss of the
+    tokens ``target = (start, end)`` (default: every token after the first)."""
+    from attnlab.integrations import transformers as ah
+
+    ah.register(["attnlab_reference"])
+    model.set_attn_implementation("attnlab_reference")
+    out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    start, end = target or (1, ids.shape[1])
+    logp = out.logits[0, start - 1:end - 1].log_softmax(-1)
+    nll = -logp.gather(-1, ids[0, start:end, None]).squeeze(-1)
+    if mask is not None:
+        nll = nll[(mask[0, start:end] * mask[0, start - 1:end - 1]).bool()]
+    maps = out.attentions
+    grads = torch.autograd.grad(nll.mean(), maps)
+    return torch.stack([(a[0] * g[0]).clamp_min(0).sum(-2).detach()
+                        for a, g in zip(maps, grads)])
+
+
 @pytest.mark.parametrize("family, n, padding", [("llama", 70, None), ("gpt2", 45, "left"),
                                                 ("mistral", 60, None)])
 def test_token_relevance_from_the_backward_tiles_equals_the_dense_maps(family, n, padding):
@@ -377,7 +397,6 @@ def test_token_relevance_from_the_backward_tiles_equals_the_dense_maps(family, n
     equals the same from dense float64 maps (attnlab's reference, output_attentions) and their
     gradient by autograd, within 1e-5 of the largest; lengths cross the tiles."""
     from attnlab.core.engine.tiles import tile_sizes
-    from attnlab.integrations import transformers as ah
 
     model = build(family)
     ids = torch.randint(0, V, (1, n), generator=torch.Generator().manual_seed(n))
@@ -387,16 +406,7 @@ def test_token_relevance_from_the_backward_tiles_equals_the_dense_maps(family, n
         mask[0, :5] = 0
     with tile_sizes(16, 32):
         got = head_gradients(model, ids, attention_mask=mask, relevance=True)
-    ah.register(["attnlab_reference"])
-    model.set_attn_implementation("attnlab_reference")
-    out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-    logp = out.logits[0, :-1].log_softmax(-1)
-    nll = -logp.gather(-1, ids[0, 1:, None]).squeeze(-1)
-    if mask is not None:
-        nll = nll[(mask[0, 1:] * mask[0, :-1]).bool()]
-    maps = out.attentions
-    grads = torch.autograd.grad(nll.mean(), maps)
-    want = torch.stack([(a[0] * g[0]).clamp_min(0).sum(-2) for a, g in zip(maps, grads)])
+    want = dense_relevance(model, ids, mask)
     scale = float(want.abs().max())
     assert got.relevance.shape == want.shape
     assert float((got.relevance - want).abs().max()) <= 1e-5 * scale, family
