@@ -30,7 +30,7 @@ pytestmark = pytest.mark.tutorial
 TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "docs" / "tutorials").glob("*.ipynb"))
 SOLUTIONS = sorted((TUTORIALS[0].parent / "solutions").glob("*.ipynb"))
 FIGURES = {"01": 2, "02": 3, "03": 2, "04": 2, "05": 3, "06": 4, "07": 3, "08": 2, "09": 2,
-           "10": 2, "11": 2, "12": 2, "13": 2, "14": 2, "15": 2}
+           "10": 2, "11": 2, "12": 2, "13": 2, "14": 2, "15": 2, "16": 2}
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 

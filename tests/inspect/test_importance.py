@@ -322,8 +322,8 @@ def test_value_weighted_statistics_equal_their_dense_definition(family, n, paddi
     sink, the previous key, the key itself, the band and the prefix-matching keys, and the
     value-weighted attention each key receives, equal the dense float64 computation within
     1e-5 of the largest, on each family (GPT-2's Conv1D projections, Mistral's sliding
-    window, Gemma 2's softcap), with GQA and padding on either side (the band of 4 crosses tiles of the 70
-    tokens); per-head means and the table carry them."""
+    window, Gemma 2's softcap), with GQA and padding on either side (the band of 4 crosses
+    tiles of the 70 tokens); per-head means and the table carry them."""
     from attnlab.inspect import census
 
     model = build(family)

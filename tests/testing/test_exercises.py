@@ -968,8 +968,21 @@ RIGHT = {
              lambda n, p: [sum(range(r * n // p + 1, (r + 1) * n // p + 1)) for r in range(p)],
              lambda n, p: torch.ones(n, n, dtype=torch.bool).tril().reshape(p, -1).sum(1)],
     "14.3": [_zigzag_numpy, _zigzag_torch, _zigzag_loop],
+    "16.1": [lambda a, v, w: a[:, 0] * (v @ w).norm(dim=-1)[0] / (a @ (v @ w).norm(dim=-1)),
+             lambda a, v, w: (lambda c: c[:, 0] / c.sum(-1))(
+                 a.float() * torch.linalg.vector_norm(v.float() @ w.float(), dim=1)),
+             lambda a, v, w: torch.tensor(
+                 [float(row[0] * (v[0] @ w).norm()) / sum(float(row[j] * (v[j] @ w).norm())
+                                                          for j in range(len(v)))
+                  for row in a])],
+    "16.3": [lambda a, g: (a * g).clamp_min(0).sum(0),
+             lambda a, g: torch.where(a * g > 0, a * g, 0.0).float().sum(dim=0),
+             lambda a, g: torch.tensor([sum(max(float(a[i, j] * g[i, j]), 0.0)
+                                            for i in range(a.shape[0]))
+                                        for j in range(a.shape[1])])],
 }
-EXTRA = {"7.3": None, "11.3": None, "15.1": None, "15.2": None, "15.3": None}  # below
+EXTRA = {"7.3": None, "11.3": None, "15.1": None, "15.2": None, "15.3": None,  # below
+         "16.2": None}
 
 
 def test_every_exercise_has_three_correct_answers_and_each_passes():
@@ -981,6 +994,41 @@ def test_every_exercise_has_three_correct_answers_and_each_passes():
         for i, answer in enumerate(answers):
             v = check(exercise, answer)
             assert v.passed, (exercise, i, v.detail)
+
+
+def test_16_1_the_value_weighted_share_fails_what_leaves_out_a_factor():
+    """The sink share of the output: the weight alone, the value's norm without W_O, squared
+    norms, no normalisation and the wrong axis of the norm all fail, each with the row."""
+    wrong = {
+        "weight alone": lambda a, v, w: a[:, 0],
+        "no W_O": lambda a, v, w: a[:, 0] * v.norm(dim=-1)[0] / (a @ v.norm(dim=-1)),
+        "squared": lambda a, v, w: (lambda n: a[:, 0] * n[0] / (a @ n))(
+            ((v @ w) ** 2).sum(-1)),
+        "unnormalised": lambda a, v, w: a[:, 0] * (v @ w).norm(dim=-1)[0],
+        "over the sum of norms": lambda a, v, w: (lambda n: a[:, 0] * n[0] / n.sum())(
+            (v @ w).norm(dim=-1)),
+        "norm of the weighted sum": lambda a, v, w: a[:, 0] * (v @ w).norm(dim=-1)[0]
+        / (a @ v @ w).norm(dim=-1),
+    }
+    for name, answer in wrong.items():
+        v = check("16.1", answer)
+        assert not v.passed, name
+        assert "share from key 0" in v.detail, (name, v.detail)
+
+
+def test_16_3_relevance_fails_a_clip_in_the_wrong_place():
+    wrong = {
+        "clip after the sum": lambda a, g: (a * g).sum(0).clamp_min(0),
+        "absolute values": lambda a, g: (a * g).abs().sum(0),
+        "gradient alone": lambda a, g: g.clamp_min(0).sum(0),
+        "over the keys": lambda a, g: (a * g).clamp_min(0).sum(1)[:1].expand(a.shape[1]),
+        "weights alone": lambda a, g: a.sum(0),
+        "mean over queries": lambda a, g: (a * g).clamp_min(0).mean(0),
+    }
+    for name, answer in wrong.items():
+        v = check("16.3", answer)
+        assert not v.passed, name
+        assert "relevance is" in v.detail, (name, v.detail)
 
 
 def test_7_3_and_11_3_three_correct_answers():

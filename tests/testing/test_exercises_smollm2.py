@@ -124,3 +124,91 @@ def test_15_2_and_15_3_induction_heads_of_smollm2(smollm2_repeated):
             layer.self_attn.o_proj._forward_pre_hooks.clear()
     v = check("15.3", lambda m, i, hs: (second_copy_nats(m, i),) * 2, model, ids, heads)
     assert not v.passed and "after ablating" in v.detail
+
+
+def _gate_importance(model, ids, span=None, signed=False, per_position=False, cut=False):
+    """The importance by hand: a pre-hook keeps o_proj's input (every head's output side by
+    side, in the graph: the weights require gradients) and autograd gives dL/do there. With
+    ``cut``, each kept input is a detached copy: the later layers' attention then no longer
+    depends on it, and only the direct paths remain (a plausible wrong answer)."""
+    from attnlab.testing.exercises.matters import second_copy_span
+
+    start, end = span or second_copy_span(ids)
+    kept = []
+
+    def keep(mod, args):
+        x = args[0].detach().requires_grad_(True) if cut else args[0]
+        kept.append(x)
+        return (x,)
+
+    hooks = [layer.self_attn.o_proj.register_forward_pre_hook(keep)
+             for layer in model.model.layers]
+    try:
+        logits = model(input_ids=ids, use_cache=False).logits[0, start - 1:end - 1].double()
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, start:end])
+        grads = torch.autograd.grad(loss, kept)
+    finally:
+        for h in hooks:
+            h.remove()
+    heads = model.config.num_attention_heads
+    out = []
+    for x, g in zip(kept, grads):
+        prod = (x * g)[0].reshape(x.shape[1], heads, -1).sum(-1)          # (N, H)
+        out.append(prod.abs().sum(0) if per_position else prod.sum(0))
+    out = torch.stack(out)
+    return out if signed or per_position else out.abs()
+
+
+def test_16_2_importance_by_hand_passes_and_its_wrong_forms_fail(smollm2_repeated):
+    """Three right answers (hooks and autograd; the library's head_gradients; gates on every
+    head), and the wrong forms: signed, per-position absolute values, the loss of every token,
+    the loss of all 48 tokens of the second copy, a hook left in place."""
+    from attnlab.inspect.importance import head_gradients
+    from attnlab.testing.exercises.matters import second_copy_span
+
+    model, ids = smollm2_repeated
+
+    def by_library(model, ids):
+        return head_gradients(model, ids, target=second_copy_span(ids)).importance
+
+    def by_gates(model, ids):
+        heads = model.config.num_attention_heads
+        gates = [torch.ones(heads, requires_grad=True) for _ in model.model.layers]
+        hooks = [layer.self_attn.o_proj.register_forward_pre_hook(
+            lambda m, a, g=g: ((a[0].unflatten(-1, (heads, -1)) * g[:, None]).flatten(-2),))
+            for layer, g in zip(model.model.layers, gates)]
+        try:
+            start, end = second_copy_span(ids)
+            logits = model(input_ids=ids, use_cache=False).logits[0, start - 1:end - 1]
+            loss = torch.nn.functional.cross_entropy(logits.float(), ids[0, start:end])
+            grads = torch.autograd.grad(loss, gates)
+        finally:
+            for h in hooks:
+                h.remove()
+        return torch.stack(grads).abs()
+
+    for answer in (_gate_importance, by_library, by_gates):
+        v = check("16.2", answer, model, ids)
+        assert v.passed, (answer.__name__, v.detail)
+    n = ids.shape[1]
+    half = (n - 1) // 2
+    wrong = {
+        "signed": lambda m, i: _gate_importance(m, i, signed=True),
+        "per position": lambda m, i: _gate_importance(m, i, per_position=True),
+        "every token": lambda m, i: _gate_importance(m, i, span=(1, n)),
+        "all 48 of the copy": lambda m, i: _gate_importance(m, i, span=(half + 1, n)),
+        "detached at each layer": lambda m, i: _gate_importance(m, i, cut=True),
+    }
+    for name, answer in wrong.items():
+        v = check("16.2", answer, model, ids)
+        assert not v.passed, name
+        assert "has importance" in v.detail, (name, v.detail)
+
+    def left_in_place(m, i):
+        m.model.layers[0].self_attn.o_proj.register_forward_pre_hook(
+            lambda mod, a: (a[0] * 0.5,))
+        return by_library(m, i)
+
+    v = check("16.2", left_in_place, model, ids)
+    model.model.layers[0].self_attn.o_proj._forward_pre_hooks.clear()
+    assert not v.passed and "left in place" in v.detail

@@ -22,6 +22,7 @@ from attnlab.testing.exercises import (
     decoding,
     efficient,
     heads,
+    matters,
     pitfalls,
     pooling,
     positions,
@@ -39,9 +40,9 @@ from attnlab.testing.exercises.pooling import gaussian_weights, loo_mse, nadaray
 __all__ = ["HINTS", "Verdict", "check", "gaussian_weights", "hint", "loo_mse",
            "nadaraya_watson"]
 
-# the modules in the chapters' order: 1-2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+# the modules in the chapters' order: 1-2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
 CHAPTERS = (basics, tiles, blocks, reading, pitfalls, pooling, decoding, seq2seq, transformer,
-            positions, sets, efficient, scale, heads)
+            positions, sets, efficient, scale, heads, matters)
 _CHECKS = {name: fn for module in CHAPTERS for name, fn in module.CHECKS.items()}
 
 

@@ -181,6 +181,25 @@ HINTS: dict[str, tuple[str, ...]] = {
              "remove it afterwards.",
              "Loss before and after on the second copy of A (positions after its first token), "
              "with attnlab.inspect.ablation.ablate_heads or your own hook."),
+    "16.1": ("A key's part of the head's output is a_ij times what it writes, v_j W_O; the "
+             "weight alone leaves out the second factor.",
+             "Measure what key j writes by the norm of v_j W_O, one number per key, and weigh "
+             "it by the row's weights.",
+             "n = (v @ w_o).norm(dim=-1); the share of key 0 is a[:, 0] * n[0] over the row's "
+             "sum a @ n."),
+    "16.2": ("A gate g multiplying a head's output has dL/dg = sum_t <o_h,t, dL/do_h,t> at "
+             "g = 1: the first-order change of the loss when the head is removed.",
+             "A forward pre-hook on self_attn.o_proj sees every head's output side by side; keep "
+             "that input, make it require a gradient, and run backward from the loss of the "
+             "second copy (the same positions as second_copy_nats).",
+             "Reshape the kept input and its gradient to (positions, heads, d), multiply, sum "
+             "over positions and d per head, take the absolute value; remove the hooks after."),
+    "16.3": ("Relevance keeps only the products that push the loss up: a_ij times dL/da_ij, "
+             "where it is positive.",
+             "Multiply the map by its gradient entry by entry, clip at zero, then gather over "
+             "the queries.",
+             "(a * grad).clamp_min(0).sum(0): clip each product before summing over the rows "
+             "(dim 0), one number per key."),
 }
 
 
