@@ -191,6 +191,27 @@ def test_bad_input_is_refused_before_any_work():
         head_gradients(model, ids.repeat(2, 1))
 
 
+def test_a_model_that_cannot_run_backward_is_refused_before_any_work():
+    """Inside torch.inference_mode(), or with weights made there, the importance is refused
+    with the reason and the fix, by head_gradients and by census(importance=True) before the
+    census runs."""
+    from attnlab.inspect import census
+
+    model = build("llama", torch.float32)
+    ids = torch.randint(0, V, (1, 20), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode(), pytest.raises(ValueError, match="call it outside"):
+        head_gradients(model, ids)
+    with torch.inference_mode():
+        frozen = build("llama", torch.float32)
+    calls = []
+    frozen.register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match="inference tensor"):
+        census(frozen, input_ids=ids, importance=True)
+    assert not calls
+    with torch.no_grad():
+        assert head_gradients(model, ids).importance.shape == (2, 4)
+
+
 def test_frozen_weights_still_give_head_gradients_and_no_weight_gradient():
     model = build("gpt2")
     for p in model.parameters():

@@ -309,13 +309,14 @@ def _check_importance(model, is_hf: bool, input_ids, importance) -> None:
     causal language model, one whose heads have no output projection, a target outside the
     text."""
     from attnlab.inspect.ablation import attention_modules
-    from attnlab.inspect.importance import _target
+    from attnlab.inspect.importance import _target, can_backward
 
     out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not is_hf or out_emb is None or input_ids is None:
         raise ValueError(f"importance= needs a transformers causal language model (it is the "
                          f"loss of the next tokens); {type(model).__name__} is not one")
     attention_modules(model)
+    can_backward(model)
     if importance is not True:
         _target(importance, input_ids.shape[-1])
 

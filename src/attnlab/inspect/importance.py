@@ -140,6 +140,22 @@ def _logits(model, input_ids, attention_mask):
     return out.logits if hasattr(out, "logits") else out[0]
 
 
+def can_backward(model: nn.Module) -> None:
+    """Refuse, before any work, what cannot run the backward the importance needs: a call
+    inside ``torch.inference_mode()``, or a model whose weights were made there (inference
+    tensors cannot join autograd)."""
+    if torch.is_inference_mode_enabled():
+        raise ValueError("head importance needs a backward pass, and this call runs inside "
+                         "torch.inference_mode(); call it outside (torch.no_grad() around it "
+                         "is fine)")
+    frozen = next((name for name, p in model.named_parameters() if p.is_inference()), None)
+    if frozen is not None:
+        raise ValueError(f"head importance needs a backward pass, and the model's weights "
+                         f"were made under torch.inference_mode() ({frozen} is an inference "
+                         f"tensor); load the model outside inference_mode, or clone its "
+                         f"parameters")
+
+
 def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
                    attention_mask: torch.Tensor | None = None,
                    corrupt_ids: torch.Tensor | None = None,
@@ -161,6 +177,7 @@ def head_gradients(model: nn.Module, input_ids: torch.Tensor, *, target=None,
             queries), from the eager tile loop's backward (the compiled one does not form
             ``P dP``; slower).
     """
+    can_backward(model)
     input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() == 1:
         input_ids = input_ids[None]
