@@ -105,8 +105,8 @@ def child(method: str, n: int, out: str) -> dict:
     saved = {}
     t0 = time.perf_counter()
     if method == "attnlab":
-        from attnlab.integrations import transformers as attnlab_hf
         from attnlab.inspect.importance import head_gradients
+        from attnlab.integrations import transformers as attnlab_hf
 
         attnlab_hf.register(["attnlab_tiled"])
         model.set_attn_implementation("attnlab_tiled")
