@@ -996,6 +996,33 @@ def test_every_exercise_has_three_correct_answers_and_each_passes():
             assert v.passed, (exercise, i, v.detail)
 
 
+# exercises whose output must keep the inputs' dtype (float64 in, float64 out: the conformance
+# kit's rule), where a float32 result for float64 inputs is a failure said as such
+KEEPS_DTYPE = {"1.3", "3.3", "4.1", "6.2", "8.2"}
+
+
+def _float32(x):
+    if torch.is_tensor(x) and x.is_floating_point():
+        return x.float()
+    return tuple(_float32(y) for y in x) if isinstance(x, tuple) else x
+
+
+def test_a_float32_answer_never_crashes_a_check():
+    """Every correct answer, its floating results cast to float32, still passes: each check
+    casts before it compares (14.1 and 12.3 once raised "Float did not match Double" from
+    their own allclose); where the output must keep the inputs' dtype, the verdict says so
+    instead of raising."""
+    for exercise, answers in RIGHT.items():
+        for i, answer in enumerate(answers):
+            v = check(exercise, lambda *a, answer=answer, **k: _float32(answer(*a, **k)))
+            assert "raised" not in v.detail, (exercise, i, v.detail)
+            if exercise in KEEPS_DTYPE:
+                assert not v.passed and ("float32" in v.detail or "error" in v.detail
+                                         or "differs" in v.detail), (exercise, v.detail)
+            else:
+                assert v.passed, (exercise, i, v.detail)
+
+
 def test_16_1_the_value_weighted_share_fails_what_leaves_out_a_factor():
     """The sink share of the output: the weight alone, the value's norm without W_O, squared
     norms, no normalisation and the wrong axis of the norm all fail, each with the row."""
@@ -1050,6 +1077,7 @@ def test_hints_go_from_a_nudge_to_the_explanation():
     assert set(HINTS) == set(_CHECKS)
     assert all(len(h) >= 3 for h in HINTS.values())
     first, last = hint("3.1"), hint("3.1", 9)
+    assert hasattr(first, "_ipython_display_")          # a notebook shows it once
     assert "hint 1" in first and 'hint("3.1", 2)' in first
     assert "the last of 3 hints" in last and "e^{m - m'}" in last
     with pytest.raises(ValueError, match="exercise must be one of"):

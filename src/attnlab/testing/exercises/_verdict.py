@@ -44,6 +44,26 @@ def tolerance(answer, scale: float = 1.0, ulps: float = 64.0) -> float:
     return ulps * torch.finfo(dtype_of(answer)).eps * max(1.0, abs(scale))
 
 
+def close(got, want, scale: float = 1.0, ulps: float = 64.0, rtol: float = 1e-5,
+          atol: float = 1e-8) -> bool:
+    """Whether ``got`` (any dtype, a tensor, an array or a list) equals ``want`` within the
+    rounding of ``got``'s own dtype or ``torch.allclose``'s default tolerance, whichever is
+    larger: both are compared in float64, so a float32 or bfloat16 answer never fails on the
+    comparison itself. Infinities must match exactly."""
+    import torch
+
+    a = torch.as_tensor(got)
+    tol = tolerance(a, scale, ulps) if a.is_floating_point() else 0.0
+    a, b = a.double(), torch.as_tensor(want).double()
+    if a.shape != b.shape:
+        return False
+    finite = torch.isfinite(b)
+    if not torch.equal(torch.isfinite(a), finite) or not torch.equal(a[~finite], b[~finite]):
+        return False
+    diff, ref = (a - b)[finite].abs(), b[finite].abs()
+    return bool((diff <= torch.clamp(atol + rtol * ref, min=tol)).all())
+
+
 def dtype_name(answer) -> str:
     return str(dtype_of(answer)).replace("torch.", "")
 

@@ -203,9 +203,17 @@ HINTS: dict[str, tuple[str, ...]] = {
 }
 
 
+class Hint(str):
+    """A hint's text, printed once: a notebook does not show it a second time as the cell's
+    value."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 def hint(exercise: str, n: int = 1) -> str:
     """The ``n``-th hint to ``exercise`` (1 is a nudge, the last explains the answer); printed
-    and returned."""
+    and returned (as a :class:`Hint`, which a notebook does not show again)."""
     if exercise not in HINTS:
         raise ValueError(f"exercise must be one of {', '.join(HINTS)}, got {exercise!r}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -216,4 +224,4 @@ def hint(exercise: str, n: int = 1) -> str:
             if n < len(hints) else f" (the last of {len(hints)} hints)")
     line = f"exercise {exercise}, hint {min(n, len(hints))}: {text}{more}"
     print(line)
-    return line
+    return Hint(line)

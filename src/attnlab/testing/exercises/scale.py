@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict, tolerance
+from attnlab.testing.exercises._verdict import Verdict, close, tolerance
 
 
 def _merge(fn: Callable) -> Verdict:
@@ -39,7 +39,7 @@ def _merge(fn: Callable) -> Verdict:
     empty_o, empty_l = torch.zeros(3, 5, dtype=torch.float64), \
         torch.full((3,), -math.inf, dtype=torch.float64)
     o, lse = fn(o1, l1, empty_o, empty_l)
-    if not (torch.allclose(o, o1) and torch.allclose(lse, l1)):
+    if not (close(o, o1, scale=4.0) and close(lse, l1, scale=4.0)):
         return Verdict("14.1", False, "merging with an empty part (lse -inf, output 0) should "
                        "return the other part unchanged")
     o, lse = fn(empty_o, empty_l, empty_o, empty_l)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict
+from attnlab.testing.exercises._verdict import Verdict, close
 
 
 def _additive_scores(fn: Callable) -> Verdict:
@@ -33,9 +33,9 @@ def _additive_scores(fn: Callable) -> Verdict:
 def _reversal_alignment(fn: Callable) -> Verdict:
     """``fn(L) -> (L, L)``: where output step t of a reversal of length L should attend."""
     for L in (1, 4, 9):
-        got = torch.as_tensor(fn(L), dtype=torch.float64)
+        got = torch.as_tensor(fn(L))
         want = torch.eye(L, dtype=torch.float64).flip(1)
-        if tuple(got.shape) != (L, L) or not torch.allclose(got, want):
+        if tuple(got.shape) != (L, L) or not close(got, want):
             return Verdict("9.2", False, f"for L = {L}, output step 0 writes the last input "
                            f"digit: row t should put its weight on column {L} - 1 - t")
     return Verdict("9.2", True, "the anti-diagonal")
@@ -47,14 +47,14 @@ def _padded_alignment(fn: Callable) -> Verdict:
     e = torch.randn(3, 6, generator=g, dtype=torch.float64)
     keep = torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None]
     want = torch.softmax(e.masked_fill(~keep, float("-inf")), dim=-1)
-    got = torch.as_tensor(fn(e, keep), dtype=torch.float64)
+    got = torch.as_tensor(fn(e, keep))
     if tuple(got.shape) != (3, 6):
         return Verdict("9.3", False, f"expected (3, 6) weights, got {tuple(got.shape)}")
     leak = float(got[~keep].abs().max())
     if leak > 0:
         return Verdict("9.3", False, f"a source of 2 digits padded to 6 gives its padding "
                        f"{float(got[1, 2:].sum()):.0%} of the weight; padding must get none")
-    if not torch.allclose(got, want):
+    if not close(got, want):
         return Verdict("9.3", False, "the padding gets no weight, but the real positions' "
                        "weights are not their softmax")
     return Verdict("9.3", True, "sources of 6, 2 and 4 digits padded to 6")
