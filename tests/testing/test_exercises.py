@@ -1023,6 +1023,58 @@ def test_a_float32_answer_never_crashes_a_check():
                 assert v.passed, (exercise, i, v.detail)
 
 
+def _no_max_entropy(q, k, tile):
+    """15.1 in one pass without subtracting the running maximum: right until e^s overflows."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    lsum, u = torch.zeros(len(q), dtype=q.dtype), torch.zeros(len(q), dtype=q.dtype)
+    s0 = None
+    for j in range(0, len(k), tile):
+        s = q @ k[j:j + tile].T * scale
+        s0 = s[:, 0].clone() if s0 is None else s0
+        p = torch.exp(s)
+        lsum, u = lsum + p.sum(-1), u + (p * s).sum(-1)
+    return torch.log(lsum) - u / lsum, torch.exp(s0) / lsum
+
+
+def _row_at_a_time_stats(q, k, tile):
+    """15.1 one query at a time, softmaxing all of its keys at once."""
+    out = []
+    for i in range(len(q)):
+        a = torch.softmax(q[i] @ k.T / math.sqrt(q.shape[-1]), -1)
+        out.append((-(a * a.clamp_min(1e-300).log()).sum(), a[0]))
+    return torch.stack([h for h, _ in out]), torch.stack([s for _, s in out])
+
+
+def _row_at_a_time_attention(q, k, v, scale=None):
+    """3.3 one query at a time, softmaxing all of its keys at once."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    rows = [torch.softmax(q[..., i:i + 1, :] @ k.transpose(-2, -1) * scale, -1) @ v
+            for i in range(q.shape[-2])]
+    return torch.cat(rows, -2)
+
+
+def test_the_defects_a_learner_found_now_fail():
+    """The wrong answers that passed before: 3.2's two off-by-one running maxima (a tile's
+    last key missed, the next tile's first key peeked at), 15.1's entropy without the max
+    subtraction (scores near 800 in float64 and 90 in float32 overflow it), and 3.3's and
+    15.1's loop over queries that softmaxes all keys of one query at once."""
+    cases = {
+        ("3.2", "misses each tile's last key"): lambda s, t: [
+            float(s[:i + t - 1].max()) for i in range(0, len(s), t)],
+        ("3.2", "peeks at the next tile"): lambda s, t: [
+            float(s[:i + t + 1].max()) for i in range(0, len(s), t)],
+        ("15.1", "no max subtraction"): _no_max_entropy,
+        ("15.1", "a whole row per query"): _row_at_a_time_stats,
+        ("3.3", "a whole row per query"): _row_at_a_time_attention,
+    }
+    for (exercise, name), answer in cases.items():
+        v = check(exercise, answer)
+        assert not v.passed, (exercise, name)
+    assert "wide" in check("3.3", _row_at_a_time_attention).detail
+    assert "wide" in check("15.1", _row_at_a_time_stats).detail
+    assert "scores near" in check("15.1", _no_max_entropy).detail
+
+
 def test_16_1_the_value_weighted_share_fails_what_leaves_out_a_factor():
     """The sink share of the output: the weight alone, the value's norm without W_O, squared
     norms, no normalisation and the wrong axis of the norm all fail, each with the row."""

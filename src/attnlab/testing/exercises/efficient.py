@@ -26,18 +26,39 @@ def _kept_pairs(fn: Callable) -> Verdict:
 
 
 class _Largest(TorchDispatchMode):
-    """Records the largest number of elements of any tensor an operation creates."""
+    """Records the largest number of elements of any tensor an operation creates
+    (``largest``) and the longest last dimension of any score a product, an exponential or a
+    softmax computes (``widest``: ``q_i @ k.T`` for one query over every key is 96 wide),
+    which bounds how many keys' scores one query holds at once."""
 
     def __init__(self):
         super().__init__()
         self.largest = 0
+        self.widest = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        seen = {a.untyped_storage().data_ptr() for a in _tensors(args, kwargs)}
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel())
+                if (t.dim() and t.untyped_storage().data_ptr() not in seen
+                        and func.overloadpacket in _SCORES):
+                    self.widest = max(self.widest, t.shape[-1])
         return out
+
+
+_SCORES = {torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.mv, torch.ops.aten.addmm,
+           torch.ops.aten.baddbmm, torch.ops.aten.exp, torch.ops.aten._softmax,
+           torch.ops.aten._log_softmax, torch.ops.aten.softmax, torch.ops.aten.log_softmax}
+
+
+def _tensors(args, kwargs):
+    for a in (*args, *(kwargs or {}).values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (tuple, list)):
+            yield from (x for x in a if isinstance(x, torch.Tensor))
 
 
 def _kernel_attention(fn: Callable) -> Verdict:

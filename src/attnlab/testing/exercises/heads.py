@@ -26,14 +26,25 @@ def _one_pass(fn: Callable) -> Verdict:
     from attnlab.testing.exercises.efficient import _Largest
 
     g = torch.Generator().manual_seed(24)
-    for n_q, n_k, d, tile, spread in ((12, 96, 8, 16, 1.0), (5, 50, 4, 12, 6.0)):
-        q = torch.randn(n_q, d, generator=g, dtype=torch.float64) * spread
+    # the last two: scores near 800 in float64 and near 90 in float32, where e^s overflows
+    for n_q, n_k, d, tile, spread, dtype in ((12, 96, 8, 16, 1.0, torch.float64),
+                                             (5, 50, 4, 12, 6.0, torch.float64),
+                                             (5, 40, 4, 8, 800.0, torch.float64),
+                                             (5, 40, 4, 8, 90.0, torch.float32)):
+        q = torch.randn(n_q, d, generator=g, dtype=torch.float64)
         k = torch.randn(n_k, d, generator=g, dtype=torch.float64)
+        if spread > 10:         # every row's largest score near ``spread``
+            q = q / q.norm(dim=-1, keepdim=True) * math.sqrt(d)
+            k = k / k.norm(dim=-1, keepdim=True)
+            k[0] = q[0] / math.sqrt(d)
+            k = k * spread
+        else:
+            q = q * spread
         a = torch.softmax(q @ k.T / math.sqrt(d), dim=-1)
         want_h = -(a * a.clamp_min(1e-300).log()).sum(-1)
         want_sink = a[:, 0]
         with _Largest() as watch:
-            answer = fn(q, k, tile)
+            answer = fn(q.to(dtype), k.to(dtype), tile)
         entropy, sink = (torch.as_tensor(x) for x in answer)
         if tuple(entropy.shape) != (n_q,) or tuple(sink.shape) != (n_q,):
             return Verdict("15.1", False, f"for {n_q} queries expected two ({n_q},) tensors, got "
@@ -43,16 +54,24 @@ def _one_pass(fn: Callable) -> Verdict:
         for name, got, want, size in (("entropy", entropy, want_h, logit),
                                       ("sink mass", sink, want_sink, logit)):
             diff = (got.double() - want).abs()
+            diff = torch.where(torch.isnan(diff), math.inf, diff)
             if float(diff.max()) > tolerance(got, size):
                 i = int(diff.argmax())
+                kind = (f", scores near {spread:g} in {dtype_name(q.to(dtype))}" if spread > 10
+                        else ", sharp rows" if spread > 1 else "")
                 return Verdict("15.1", False, f"{n_q} queries, {n_k} keys in tiles of {tile}"
-                               f"{', sharp rows' if spread > 1 else ''}: query {i}'s {name} "
+                               f"{kind}: query {i}'s {name} "
                                f"is {float(want[i]):.6f} from the dense weights, you said "
                                f"{float(got[i]):.6f} ({dtype_name(got)})")
         if watch.largest >= n_q * n_k:
             return Verdict("15.1", False, f"right values, but your code created a tensor of "
                            f"{watch.largest:,} elements for {n_q} queries and {n_k} keys (all "
                            f"the scores: {n_q * n_k:,}); the exercise holds one tile at a time")
+        if watch.widest > tile:
+            return Verdict("15.1", False, f"right values, but your code computed a tensor "
+                           f"{watch.widest} wide for {n_k} keys in tiles of {tile}: "
+                           f"{watch.widest} keys' scores for one query at once; the exercise "
+                           "holds one tile at a time")
     return Verdict("15.1", True, "two heads, a sharp one included, one tile at a time")
 
 

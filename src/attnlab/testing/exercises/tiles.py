@@ -38,9 +38,11 @@ def _rescale(fn: Callable) -> Verdict:
 def _running_max(fn: Callable) -> Verdict:
     """``fn(scores, tile)``: the running maximum after each tile of a row of scores."""
     g = torch.Generator().manual_seed(18)
-    for n, tile in ((64, 16), (50, 8)):
+    for n, tile in ((64, 16), (50, 8), (40, 8)):
         scores = torch.randn(n, generator=g, dtype=torch.float64) * 2 + \
             torch.linspace(0, 4, n, dtype=torch.float64)         # maxima that rise
+        if n == 40:             # each tile's maximum on its last key, just below the next's first
+            scores = torch.arange(n, dtype=torch.float64) * 0.5
         per_tile = torch.tensor([float(scores[i:i + tile].max()) for i in range(0, n, tile)],
                                 dtype=torch.float64)
         want = per_tile.cummax(0).values.tolist()
@@ -74,6 +76,10 @@ def _chunked(fn: Callable) -> Verdict:
         return Verdict("3.3", False, f"on 5 queries and 96 keys your code created a tensor of "
                        f"{watch.largest:,} elements, as many as all 96 keys' scores (5 x 96 = "
                        "480); the exercise holds at most 16 keys' scores at once")
+    if watch.widest > 16:
+        return Verdict("3.3", False, f"on 5 queries and 96 keys your code computed a tensor "
+                       f"{watch.widest} wide, {watch.widest} keys' scores for one query; the "
+                       "exercise holds at most 16 keys' scores at once")
     return conformance("3.3", fn)
 
 
