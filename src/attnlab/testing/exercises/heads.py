@@ -139,8 +139,11 @@ def _ablation(fn: Callable, model, ids: torch.Tensor, heads) -> Verdict:
     allowed = max(tolerance(answer, 10.0, ulps=1e4), 2e-3)    # float32 logits, other orders
     for name, g, w in (("before", got[0], before), ("after", got[1], after)):
         if abs(g - w) > allowed:
-            return Verdict("15.3", False, f"the second copy's loss {name} ablating {heads} is "
-                           f"{w:.4f} nats, you said {g:.4f}")
+            n_half = (ids.shape[1] - 1) // 2
+            return Verdict("15.3", False, f"the second copy's loss {name} ablating {heads} "
+                           f"(the mean over the {ids.shape[1] - n_half - 2} predictions of the "
+                           f"second copy's tokens after its first) is {w:.4f} nats, you said "
+                           f"{g:.4f}")
     return Verdict("15.3", True, f"{before:.2f} -> {after:.2f} nats with {len(heads)} heads "
                    "zeroed")
 

@@ -28,7 +28,7 @@ def _rescale(fn: Callable) -> Verdict:
                            f"{want:.4g}, you said {got:.4g}: e^{m:g} is beyond float64 (it "
                            "holds e^-745 to e^709), so a result built from it is lost")
         if not math.isclose(got, want, rel_tol=tolerance(answer), abs_tol=1e-300):
-            hint = " (the exponent is the wrong way round)" if m > -math.inf and \
+            hint = " (yours equals e^(m' - m))" if m > -math.inf and \
                 math.isclose(got, math.exp(m_new - m), rel_tol=1e-9) and m != m_new else ""
             return Verdict("3.1", False, f"from m = {m} to m' = {m_new} the factor is "
                            f"{want:.10g}, you said {got:.10g} ({dtype_name(answer)}){hint}")

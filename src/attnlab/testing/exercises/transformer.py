@@ -26,7 +26,9 @@ def _causal_mask(fn: Callable) -> Verdict:
             wrong = (got != want).nonzero()[0].tolist()
             return Verdict("10.1", False, f"for n_q = {n_q}, n_k = {n_k}: query {wrong[0]} "
                            f"(position {n_k - n_q + wrong[0]}) and key {wrong[1]} should be "
-                           f"{'masked' if want[tuple(wrong)] else 'visible'}")
+                           f"{'masked (True)' if want[tuple(wrong)] else 'visible (False)'}: "
+                           "this exercise's mask is True where the query may not look, the "
+                           "opposite of attnlab.attention's boolean masks (True keeps)")
     return Verdict("10.1", True, "square, one cached query, and n_q < n_k")
 
 
