@@ -174,6 +174,38 @@ def test_the_first_screen_answers_which_heads_are_which_at_8k_tokens(tmp_path):
         assert opened.errors == []
 
 
+def test_what_matters_at_8k_tokens_in_chromium(tmp_path):
+    """kjv on 8,000 bytes with importance and the value-weighted statistics: the first screen
+    still holds the findings; "What matters" draws one dot per head, ranks ten heads with
+    their label's statistic by weight and by output, lists the most relevant tokens in
+    context; the keys that receive the most by output sit beside those by weight."""
+    from attnlab.inspect import census
+    from attnlab.inspect.show import load_kjv
+    from attnlab.zoo import kjv
+
+    model, tok = load_kjv()
+    text = (kjv.corpus("heldout") * 4)[:8000]
+    c = census(model, tok, text, importance=True, value_weighted=True)
+    assert c.importance.relevance is not None and "received_vw" in c.stats
+    c.save(tmp_path / "c.html")
+    height = 1000
+    with open_report(tmp_path / "c.html", viewport=(1300, height), timeout_ms=30_000) as opened:
+        page = opened.page
+        assert page.locator("[data-el=findings]").bounding_box()["y"] < height
+        assert page.locator("[data-el=matters-plot] circle").count() == c.layers * c.heads
+        top = page.locator("[data-el=matters-top] tr")
+        assert top.count() == 11                                  # a header and ten heads
+        assert "weight" in top.nth(0).text_content() and "output" in top.nth(0).text_content()
+        tokens = page.locator("[data-el=matters-tokens] tr")
+        assert tokens.count() == 21
+        assert page.locator("[data-el=matters-tokens] mark").count() == 20
+        assert page.locator("[data-el=received-vw] tr").count() == 21
+        assert page.locator("[data-el=received-vw-note]").is_visible()
+        page.locator("[data-el=matters]").scroll_into_view_if_needed()
+        page.screenshot(path=str(tmp_path / "matters.png"))
+        assert opened.errors == []
+
+
 @pytest.mark.parametrize("which", ["smollm2", "minilm", "kjv"])
 def test_contexts_read_as_the_text_in_chromium(which, tmp_path):
     """The contexts of the rows and of the keys that receive the most, as Chromium shows them:
