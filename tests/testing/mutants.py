@@ -31,7 +31,8 @@ The operators, by the catalogue of the checks' issue:
   sum over two);
 * ``reciprocal``: a ratio the wrong way up (``e^{m' - m}`` for ``e^{m - m'}``);
 * ``negated``: a sign lost;
-* ``squared``: a variance for a standard deviation (a kernel's width), a square not undone.
+* ``squared``: a variance for a standard deviation (a kernel's width), a square not undone;
+* ``one_dropped``: the last of several results left out (a loop that stops one short).
 """
 
 from __future__ import annotations
@@ -217,6 +218,15 @@ def negated(fn):
     return mutant
 
 
+def one_dropped(fn):
+    def mutant(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if isinstance(out, (list, tuple)) and len(out) > 1:
+            return type(out)(out[:-1])
+        raise NotApplicable("not a list of results")
+    return mutant
+
+
 def squared(fn):
     def mutant(*args, **kwargs):
         return _map(fn(*args, **kwargs), lambda t: t * t if t.is_floating_point() else t,
@@ -265,7 +275,7 @@ OPERATORS = {
     "first_bound_plus_one": _bound("first", 1), "first_bound_minus_one": _bound("first", -1),
     "args_swapped": args_swapped, "output_doubled": _scaled_output(2),
     "output_halved": _scaled_output(0.5), "reciprocal": reciprocal, "negated": negated,
-    "squared": squared,
+    "squared": squared, "one_dropped": one_dropped,
 }
 
 

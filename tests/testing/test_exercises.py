@@ -1090,6 +1090,36 @@ def answers_online(q, k, v):
     return _online(q, k, v)
 
 
+def _inputs_in(dtype):
+    def cast(x):
+        return x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x
+    return cast
+
+
+def test_every_correct_answer_computed_in_float32_passes():
+    """Every correct answer run on float32 inputs (the check's float64 probes rounded to
+    float32, the answer computing in float32) passes: the checks compare within the answer's
+    own rounding. Where the output must keep the inputs' dtype, the kit's own float32 cases
+    already run the answer in float32, and the float64 probe then names the dtype."""
+    cast = _inputs_in(torch.float32)
+    for exercise, answers in RIGHT.items():
+        if exercise in KEEPS_DTYPE:
+            continue
+        for i, answer in enumerate(answers):
+            own = []
+
+            def in_float32(*a, answer=answer, own=own, **k):
+                try:
+                    out = answer(*(cast(x) for x in a), **{n: cast(x) for n, x in k.items()})
+                except RuntimeError as err:       # an answer written for float64 only
+                    own.append(err)
+                    raise
+                # a Python float carries no dtype: one computed from float32 inputs says so
+                return torch.tensor(out, dtype=torch.float32) if isinstance(out, float) else out
+            v = check(exercise, in_float32)
+            assert v.passed or own, (exercise, i, v.detail)
+
+
 def test_16_1_the_value_weighted_share_fails_what_leaves_out_a_factor():
     """The sink share of the output: the weight alone, the value's norm without W_O, squared
     norms, no normalisation and the wrong axis of the norm all fail, each with the row."""

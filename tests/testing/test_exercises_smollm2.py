@@ -212,3 +212,45 @@ def test_16_2_importance_by_hand_passes_and_its_wrong_forms_fail(smollm2_repeate
     v = check("16.2", left_in_place, model, ids)
     model.model.layers[0].self_attn.o_proj._forward_pre_hooks.clear()
     assert not v.passed and "left in place" in v.detail
+
+
+def test_the_catalogue_of_mutants_fails_the_exercises_on_smollm2(smollm2_repeated):
+    """The catalogue (tests/testing/mutants.py) against 15.2, 15.3 and 16.2, whose checks need
+    the real model: at least 6 operators apply to each, and every one fails."""
+    import contextlib
+    import io
+
+    from attnlab.inspect.ablation import ablate_heads
+    from attnlab.testing.exercises.heads import second_copy_nats
+    from tests.testing.mutants import OPERATORS, tracked
+
+    model, ids = smollm2_repeated
+    heads = [(17, 3), (18, 6)]
+
+    def induction(model, ids):
+        from attnlab.testing.exercises.heads import prefix_matching
+
+        s = prefix_matching(model, ids)
+        return [(la, h) for la in range(s.shape[0]) for h in range(s.shape[1]) if s[la, h] >= 0.4]
+
+    def ablation(model, ids, heads):
+        before = second_copy_nats(model, ids)
+        with ablate_heads(model, heads):
+            after = second_copy_nats(model, ids)
+        return before, after
+
+    cases = {"15.2": (induction, (model, ids)), "15.3": (ablation, (model, ids, heads)),
+             "16.2": (_gate_importance, (model, ids))}
+    for exercise, (reference, args) in cases.items():
+        applied, passed = [], []
+        for name, op in OPERATORS.items():
+            mutant = tracked(op, reference)
+            with contextlib.redirect_stdout(io.StringIO()):
+                v = check(exercise, mutant, *args)
+            if "raised NotApplicable" in v.detail or (v.passed and not mutant.changed):
+                continue
+            applied.append(name)
+            if v.passed:
+                passed.append(name)
+        assert not passed, (exercise, passed)
+        assert len(applied) >= 6, (exercise, applied)
