@@ -228,7 +228,7 @@ def test_the_catalogue_of_mutants_fails_the_exercises_on_smollm2(smollm2_repeate
     heads = [(17, 3), (18, 6)]
 
     def induction(model, ids):          # only the heads that must be named (one_dropped then
-        from attnlab.testing.exercises.heads import SURE, prefix_matching   # drops one of them)
+        from attnlab.testing.exercises.heads import SURE, prefix_matching  # drops one of them)
 
         s = prefix_matching(model, ids)
         return [(la, h) for la in range(s.shape[0]) for h in range(s.shape[1])
