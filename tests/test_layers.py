@@ -21,7 +21,9 @@ LAYERS = (("core",), ("nn", "testing"), ("integrations",), ("distributed",), ("z
 PLACED = {"_files": -1, "_threads": -1, "_progress": -1, "": 0.5, "masks": 0.5}
 # Modules placed above their package's layer, with the reason.
 RAISED = {"attnlab.testing.exercises.heads": (5.5, "chapter 15's checks record and ablate the "
-                                              "heads of a real model (inspect)")}
+                                              "heads of a real model (inspect)"),
+          "attnlab.testing.exercises.matters": (5.5, "chapter 16's checks compare with the "
+                                                "importance of a real model (inspect)")}
 
 
 def rank(module: str) -> float:
