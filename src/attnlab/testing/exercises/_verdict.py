@@ -82,6 +82,10 @@ def conformance(exercise: str, fn, supports: set[str] = frozenset({"scale"})) ->
     q, k, v = (torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64) for n in (5, 23, 23))
     want = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) @ v
     got = fn(q, k, v)
+    if not isinstance(got, torch.Tensor):
+        return Verdict(exercise, False, f"the output is a {type(got).__module__}."
+                       f"{type(got).__name__}; the conformance kit differentiates it, so it "
+                       "must be a torch tensor built from q, k and v")
     if tuple(got.shape) != tuple(want.shape):
         return Verdict(exercise, False, f"for q (1, 2, 5, 8) and k, v (1, 2, 23, 8) the output "
                        f"has shape {tuple(want.shape)}, yours {tuple(got.shape)}")

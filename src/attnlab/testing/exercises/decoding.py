@@ -37,7 +37,8 @@ def _cached_step(fn: Callable) -> Verdict:
         torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), dim=-1) @ v
     kc, vc = k[:, :, :0], v[:, :, :0]
     for t in range(n):
-        out, kc, vc = fn(q[:, :, t:t + 1], kc, vc, k[:, :, t:t + 1], v[:, :, t:t + 1])
+        out, kc, vc = (torch.as_tensor(x) for x in fn(q[:, :, t:t + 1], kc, vc,
+                                                       k[:, :, t:t + 1], v[:, :, t:t + 1]))
         if kc.shape[2] != t + 1:
             return Verdict("8.2", False, f"after step {t} the cache should hold {t + 1} "
                            f"positions, it holds {kc.shape[2]}")
@@ -52,11 +53,11 @@ def _gqa_share(fn: Callable) -> Verdict:
     """``fn(k, n_heads) -> (B, n_heads, N, D)``: K/V of ``H_kv`` heads repeated so that query head
     ``h`` uses K/V head ``h // (n_heads // H_kv)``."""
     k = torch.arange(2 * 2 * 3 * 1, dtype=torch.float64).reshape(2, 2, 3, 1)
-    got = fn(k, 6)
+    got = torch.as_tensor(fn(k, 6))
     want = k.repeat_interleave(3, dim=1)
     if tuple(got.shape) != tuple(want.shape):
         return Verdict("8.3", False, f"expected shape {tuple(want.shape)}, got {tuple(got.shape)}")
-    if not torch.equal(got, want):
+    if not torch.equal(got.double(), want):
         heads = [int(got[0, h, 0, 0]) // 3 for h in range(6)]
         return Verdict("8.3", False, f"with 6 query heads over 2 K/V heads, query heads 0-5 "
                        f"read K/V heads {heads}; the grouping reads [0, 0, 0, 1, 1, 1]")

@@ -22,7 +22,7 @@ def _merge(fn: Callable) -> Verdict:
         want_o, want_lse = torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
         o1, l1 = torch.softmax(s[:, :4], -1) @ v[:4], torch.logsumexp(s[:, :4], -1)
         o2, l2 = torch.softmax(s[:, 4:], -1) @ v[4:], torch.logsumexp(s[:, 4:], -1)
-        o, lse = fn(o1, l1, o2, l2)
+        o, lse = (torch.as_tensor(x) for x in fn(o1, l1, o2, l2))
         if not (torch.isfinite(o).all() and torch.isfinite(lse).all()):
             bad = "output" if not torch.isfinite(o).all() else "lse"
             return Verdict("14.1", False, f"with {label} (lse {float(l1.max()):.1f} and "
@@ -38,11 +38,11 @@ def _merge(fn: Callable) -> Verdict:
         torch.randn(3, generator=g, dtype=torch.float64)
     empty_o, empty_l = torch.zeros(3, 5, dtype=torch.float64), \
         torch.full((3,), -math.inf, dtype=torch.float64)
-    o, lse = fn(o1, l1, empty_o, empty_l)
+    o, lse = (torch.as_tensor(x) for x in fn(o1, l1, empty_o, empty_l))
     if not (close(o, o1, scale=4.0) and close(lse, l1, scale=4.0)):
         return Verdict("14.1", False, "merging with an empty part (lse -inf, output 0) should "
                        "return the other part unchanged")
-    o, lse = fn(empty_o, empty_l, empty_o, empty_l)
+    o, lse = (torch.as_tensor(x) for x in fn(empty_o, empty_l, empty_o, empty_l))
     if torch.isnan(o).any() or not (o == 0).all() or not torch.isneginf(lse).all():
         return Verdict("14.1", False, "two empty parts should merge to output 0 and lse -inf, "
                        "without nan")
