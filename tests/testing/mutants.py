@@ -196,10 +196,9 @@ def _scaled_output(factor):
     def op(fn):
         def mutant(*args, **kwargs):
             return _map(fn(*args, **kwargs),
-                        lambda t: t * factor if t.is_floating_point() or factor == int(factor)
-                        and t.dtype != torch.bool else t,
-                        lambda x: type(x)(x * factor) if isinstance(x, int) and factor == 2
-                        else x * factor)
+                        lambda t: t * factor if t.is_floating_point()
+                        or (factor == int(factor) and t.dtype != torch.bool) else t,
+                        lambda x: x * factor)
         return mutant
     return op
 
@@ -277,6 +276,37 @@ OPERATORS = {
     "output_halved": _scaled_output(0.5), "reciprocal": reciprocal, "negated": negated,
     "squared": squared, "one_dropped": one_dropped,
 }
+
+
+def run_catalogue(exercise: str, reference, args=(), value: bool = False):
+    """``(applied, passed)``: the operators that apply to ``exercise`` (those that change its
+    reference answer), and those of them whose mutant passes its check (each one a defect of
+    the check). ``value``: the reference is a thunk whose result is the answer itself."""
+    import contextlib
+    import io
+
+    from attnlab.testing.exercises import check
+
+    applied, passed = [], []
+    for name, op in OPERATORS.items():
+        if (exercise, name) in EQUIVALENT:
+            continue
+        mutant = tracked(op, reference)
+        with contextlib.redirect_stdout(io.StringIO()):
+            if value:
+                try:
+                    answer = mutant()
+                except NotApplicable:
+                    continue
+                v = check(exercise, answer, *args)
+            else:
+                v = check(exercise, mutant, *args)
+        if "raised NotApplicable" in v.detail or (v.passed and not mutant.changed):
+            continue
+        applied.append((name, v.detail))
+        if v.passed:
+            passed.append(name)
+    return applied, passed
 
 
 # operators that change nothing an exercise asks for: its check compares an unordered set

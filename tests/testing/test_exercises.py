@@ -1079,15 +1079,11 @@ def test_a_wrong_output_is_named_before_any_gradient():
     """3.3 with scale= ignored: its outputs and gradients are all wrong on the kit's scaled
     cases; the verdict names the output's error, not a larger one of dq or dk."""
     def no_scale(q, k, v, scale=None):
-        return answers_online(q, k, v)
+        return _online(q, k, v)
 
     v = check("3.3", no_scale)
     assert not v.passed and "out error" in v.detail, v.detail
     assert "dq error" not in v.detail and "dk error" not in v.detail
-
-
-def answers_online(q, k, v):
-    return _online(q, k, v)
 
 
 def _inputs_in(dtype):

@@ -217,12 +217,9 @@ def test_16_2_importance_by_hand_passes_and_its_wrong_forms_fail(smollm2_repeate
 def test_the_catalogue_of_mutants_fails_the_exercises_on_smollm2(smollm2_repeated):
     """The catalogue (tests/testing/mutants.py) against 15.2, 15.3 and 16.2, whose checks need
     the real model: at least 6 operators apply to each, and every one fails."""
-    import contextlib
-    import io
-
     from attnlab.inspect.ablation import ablate_heads
     from attnlab.testing.exercises.heads import second_copy_nats
-    from tests.testing.mutants import OPERATORS, tracked
+    from tests.testing.mutants import run_catalogue
 
     model, ids = smollm2_repeated
     heads = [(17, 3), (18, 6)]
@@ -243,15 +240,6 @@ def test_the_catalogue_of_mutants_fails_the_exercises_on_smollm2(smollm2_repeate
     cases = {"15.2": (induction, (model, ids)), "15.3": (ablation, (model, ids, heads)),
              "16.2": (_gate_importance, (model, ids))}
     for exercise, (reference, args) in cases.items():
-        applied, passed = [], []
-        for name, op in OPERATORS.items():
-            mutant = tracked(op, reference)
-            with contextlib.redirect_stdout(io.StringIO()):
-                v = check(exercise, mutant, *args)
-            if "raised NotApplicable" in v.detail or (v.passed and not mutant.changed):
-                continue
-            applied.append(name)
-            if v.passed:
-                passed.append(name)
+        applied, passed = run_catalogue(exercise, reference, args)
         assert not passed, (exercise, passed)
-        assert len(applied) >= 6, (exercise, applied)
+        assert len(applied) >= 6, (exercise, [name for name, _ in applied])

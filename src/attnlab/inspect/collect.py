@@ -99,9 +99,7 @@ def value_weighted_shares(module, query, key, value, options: dict, collector) -
     if value is None:
         raise ValueError("the value-weighted shares need the attention call's values")
     heads = query.shape[1]
-    norms = value_norms(module, value, heads)                                 # (H, N)
-    log_n = norms.clamp_min(torch.finfo(torch.float32).tiny).log()
-    log_n = torch.where(norms > 0, log_n, torch.full_like(log_n, float("-inf")))
+    log_n = value_norms(module, value, heads).log()              # (H, N); -inf where n = 0
     keys = key.repeat_interleave(heads // key.shape[1], 1) if key.shape[1] != heads else key
     kw = {k: _first(v) for k, v in options.items() if k not in ("enable_gqa", "sinks")}
     dtype = torch.promote_types(query.dtype, torch.float32)

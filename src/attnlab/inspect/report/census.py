@@ -197,8 +197,6 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
     counts = {k: v for k, v in c.counts().items() if k != table.NONE}
     first = table.rule(max(counts, key=counts.get)).statistic if counts else "entropy_ratio"
     first = first if first in summary else next(iter(summary))
-    received = c.stats["received"].double().mean((0, 1))
-    top = received.topk(min(20, n))
     data = {
         "model": c.model, "n": n, "L": L, "H": H, "tokens": c.tokens, "bin": size,
         "layer_names": c.layer_names, "labels": c.labels,
@@ -213,8 +211,7 @@ def census_data(c, *, row_keys: int = ROW_KEYS) -> dict:
         "causal": list(c.causal) or [False] * L,
         "text": c.pieces or reading_pieces(None, c.tokens),
         "sinks": sinks, "first_stat": first,
-        "top_received": [[int(i), float(f"{v:.4g}")] for v, i in zip(top.values.tolist(),
-                                                                      top.indices.tolist())],
+        "top_received": _top(c.stats["received"]),
         "sink_keys": c.sink_keys, "band": c.band, "version": __version__,
         "top_received_vw": _top(c.stats.get("received_vw")),
         "top_relevance": _top(_relevance(c)),

@@ -64,6 +64,15 @@ def close(got, want, scale: float = 1.0, ulps: float = 64.0, rtol: float = 1e-5,
     return bool((diff <= torch.clamp(atol + rtol * ref, min=tol)).all())
 
 
+def errors(got, want):
+    """``|got - want|`` per entry in float64, infinite where the answer is NaN or infinite:
+    ``errors(...).max()`` is the largest error and ``.argmax()`` the entry to name."""
+    import torch
+
+    diff = (torch.as_tensor(got).double() - torch.as_tensor(want).double()).abs()
+    return torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
+
+
 def dtype_name(answer) -> str:
     return str(dtype_of(answer)).replace("torch.", "")
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnlab.testing.exercises._verdict import Verdict, dtype_name, tolerance
+from attnlab.testing.exercises._verdict import Verdict, dtype_name, errors, tolerance
 
 # 15.2: a head is an induction head when its prefix-matching score (the mean weight a query puts
 # on the keys that follow an earlier occurrence of its own token) on a repeated random sequence
@@ -53,8 +53,7 @@ def _one_pass(fn: Callable) -> Verdict:
         logit = float((q @ k.T).abs().max()) / math.sqrt(d)
         for name, got, want, size in (("entropy", entropy, want_h, logit),
                                       ("sink mass", sink, want_sink, logit)):
-            diff = (got.double() - want).abs()
-            diff = torch.where(torch.isnan(diff), math.inf, diff)
+            diff = errors(got, want)
             if float(diff.max()) > tolerance(got, size):
                 i = int(diff.argmax())
                 kind = (f", scores near {spread:g} in {dtype_name(q.to(dtype))}" if spread > 10
